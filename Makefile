@@ -1,0 +1,51 @@
+# clew: `make demo` and `make test` do all set-up on a fresh machine.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+INDEX ?= .demo-index
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install demo test check lint typecheck format bench clean
+
+$(STAMP): pyproject.toml requirements.lock
+	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) (Python >= 3.11)"; exit 1; }
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip==26.3
+	# torch first, pinned to the CPU build (a plain requirement would pull a CUDA build)
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev,torch]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/clew ingest data/sample --index $(INDEX)
+	$(BIN)/clew search "ERR-4413" --index $(INDEX) --k 3 --explain
+	$(BIN)/clew search "customer was billed twice" --index $(INDEX) --k 3 --explain
+	$(BIN)/clew search "what else broke after the pgbouncer migration" --index $(INDEX) --k 3 --explain
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+format: $(STAMP)
+	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench
+
+bench: $(STAMP)
+	$(BIN)/python bench/embedder.py
+	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/search.py
+
+clean:
+	rm -rf $(INDEX) bench/.work .pytest_cache .mypy_cache .ruff_cache

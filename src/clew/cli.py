@@ -1,0 +1,146 @@
+"""Command line: ``clew ingest | search | delete | stats``.
+
+Errors print one line (``clew: error: ...``) naming the problem and exit with status 2;
+nothing is half-written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from clew.config import PRESETS, EngineConfig, preset_config
+from clew.errors import ClewError
+from clew.types import SearchResult
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="clew", description="Explainable hybrid retrieval.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--index", required=True, help="index directory")
+        sp.add_argument("--config", help="YAML config file (sections of EngineConfig)")
+
+    ing = sub.add_parser("ingest", help="ingest files or directories")
+    ing.add_argument("paths", nargs="+", help=".md .txt .html .jsonl files or directories")
+    common(ing)
+    ing.add_argument("--json", action="store_true", help="print the report as JSON")
+    ing.add_argument("--no-progress", action="store_true")
+
+    se = sub.add_parser("search", help="search the index")
+    se.add_argument("query")
+    common(se)
+    se.add_argument("--k", type=int, default=None, help="number of hits (default 10)")
+    se.add_argument("--filter", help='access filter as JSON, e.g. {"audience": "public"}')
+    se.add_argument("--preset", choices=sorted(PRESETS), default=None)
+    se.add_argument("--json", action="store_true", help="print one JSON object")
+    se.add_argument("--explain", action="store_true", help="print contributions per hit")
+
+    de = sub.add_parser("delete", help="remove documents from every leg")
+    de.add_argument("doc_ids", nargs="+")
+    common(de)
+
+    st = sub.add_parser("stats", help="index counts and versions")
+    common(st)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except ClewError as exc:
+        print(f"clew: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("clew: interrupted", file=sys.stderr)
+        return 130
+
+
+def _config(args: argparse.Namespace) -> EngineConfig:
+    base = EngineConfig.from_yaml(args.config) if args.config else EngineConfig()
+    preset = getattr(args, "preset", None)
+    return preset_config(preset) if preset and not args.config else base
+
+
+def _run(args: argparse.Namespace) -> int:
+    from clew.retrieve.engine import Engine
+
+    config = _config(args)
+    if args.command == "ingest":
+        with Engine(args.index, config, create=True) as engine:
+            report = engine.ingest(args.paths, progress=not args.no_progress)
+        if args.json:
+            print(json.dumps(report.to_dict(), indent=2))
+        else:
+            print(
+                f"ingested {len(report.added)} new, {len(report.updated)} updated, "
+                f"{len(report.unchanged)} unchanged documents; {report.chunks_written} chunks "
+                f"written; release {report.release} ({report.seconds:.1f} s)"
+            )
+        return 0
+    with Engine(args.index, config) as engine:
+        if args.command == "search":
+            result = engine.search(args.query, k=args.k, filter=args.filter, preset=args.preset)
+            if args.json:
+                print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+            else:
+                print(render(result, explain=args.explain))
+        elif args.command == "delete":
+            release = engine.delete(args.doc_ids)
+            print(f"deleted {len(args.doc_ids)} document(s); release {release}")
+        elif args.command == "stats":
+            print(json.dumps(engine.stats(), indent=2))
+    return 0
+
+
+def render(result: SearchResult, *, explain: bool = False) -> str:
+    """Readable text for a result; with ``explain`` the provenance table of every hit."""
+    legs = ", ".join(f"{leg} {w:g}" for leg, w in result.route.legs.items()) or "none"
+    lines = [
+        f"query: {result.query}",
+        f"route: {legs}   features: {', '.join(result.route.features) or '-'}",
+        f"release {result.release}   "
+        + "  ".join(f"{k} {v:.1f}ms" for k, v in result.timings_ms.items()),
+        "",
+    ]
+    if not result.hits:
+        lines.append("no hits")
+    for i, hit in enumerate(result.hits, start=1):
+        heading = " > ".join(hit.heading_path)
+        lines.append(f"{i:>2}. {hit.score:.5f}  {hit.title}  [{hit.chunk_id}]")
+        if heading:
+            lines.append(f"    section: {heading}")
+        snippet = " ".join(hit.text.split())
+        lines.append(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
+        if explain:
+            lines.append(_table(hit.contributions, hit.graph, hit.duplicates, hit.metadata))
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _table(
+    contribs: Sequence[Any], graph: Any, duplicates: Sequence[str], metadata: dict[str, Any]
+) -> str:
+    rows = ["    leg        rank   raw score   fused part"]
+    for c in contribs:
+        rows.append(f"    {c.leg:<9} {c.rank:>5}   {c.raw_score:>9.4f}   {c.fused_part:>10.6f}")
+    if graph is not None:
+        via = f" via {', '.join(graph.via)}" if graph.via else ""
+        rows.append(f"    graph: {graph.hops} hop(s) from {', '.join(graph.concepts)}{via}")
+    if duplicates:
+        rows.append(f"    same content as: {', '.join(duplicates)}")
+    if metadata:
+        rows.append(f"    metadata: {json.dumps(metadata, ensure_ascii=False)}")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,291 @@
+"""One frozen configuration record, made of small records, with named presets.
+
+Every tuning lever is a named field. Per-request overrides go through :func:`dataclasses.replace`
+or :meth:`EngineConfig.with_overrides`; the same record loads from YAML for the CLI and server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from clew.errors import ConfigError
+
+
+def _check(cond: bool, name: str, value: object, allowed: str) -> None:
+    if not cond:
+        raise ConfigError(f"{name}={value!r} is invalid; allowed: {allowed}")
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkConfig:
+    max_tokens: int = 256
+    """Largest chunk, in embedding-tokenizer tokens including the title prefix and specials."""
+    overlap_tokens: int = 32
+    """Tokens repeated between consecutive windows when one section has to be split."""
+
+    def __post_init__(self) -> None:
+        _check(32 <= self.max_tokens <= 8192, "chunk.max_tokens", self.max_tokens, "32..8192")
+        _check(
+            0 <= self.overlap_tokens < self.max_tokens // 2,
+            "chunk.overlap_tokens",
+            self.overlap_tokens,
+            f"0..{self.max_tokens // 2 - 1} (less than half of max_tokens)",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalConfig:
+    depth: int = 50
+    k1: float = 0.9
+    b: float = 0.4
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.depth <= 10_000, "lexical.depth", self.depth, "1..10000")
+        _check(0.0 <= self.k1 <= 5.0, "lexical.k1", self.k1, "0.0..5.0")
+        _check(0.0 <= self.b <= 1.0, "lexical.b", self.b, "0.0..1.0")
+
+
+@dataclass(frozen=True, slots=True)
+class DenseConfig:
+    depth: int = 50
+    hnsw_min_chunks: int = 20_000
+    """Below this many chunks the dense leg scans exactly; above it an HNSW index is built."""
+    hnsw_m: int = 32
+    ef_construction: int = 200
+    ef_search: int = 128
+    exact_max_allowed: int = 20_000
+    """A filter that allows at most this many chunks is served by an exact scan (no recall loss)."""
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.depth <= 10_000, "dense.depth", self.depth, "1..10000")
+        _check(self.hnsw_min_chunks >= 1, "dense.hnsw_min_chunks", self.hnsw_min_chunks, ">= 1")
+        _check(4 <= self.hnsw_m <= 128, "dense.hnsw_m", self.hnsw_m, "4..128")
+        _check(self.ef_construction >= 8, "dense.ef_construction", self.ef_construction, ">= 8")
+        _check(self.ef_search >= 8, "dense.ef_search", self.ef_search, ">= 8")
+        _check(
+            self.exact_max_allowed >= 0, "dense.exact_max_allowed", self.exact_max_allowed, ">= 0"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GraphConfig:
+    depth: int = 50
+    max_hops: int = 2
+    """Hops from a query concept: 1 = chunks that mention it; 2 = also via RELATED_TO concepts."""
+    hop_penalty: float = 0.5
+    """Score multiplier per extra hop (a 2-hop chunk scores at most hop_penalty of a 1-hop one)."""
+    pagerank_weight: float = 0.2
+    related_per_concept: int = 20
+    """RELATED_TO neighbours kept per concept (strongest co-occurrence first)."""
+    hub_fraction: float = 0.05
+    """Concepts mentioned in more than this share of chunks are hubs: no RELATED_TO edges."""
+    fuzzy: bool = True
+    """Link query words to concepts one edit away (never identifiers)."""
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.depth <= 10_000, "graph.depth", self.depth, "1..10000")
+        _check(self.max_hops in (1, 2), "graph.max_hops", self.max_hops, "1 or 2")
+        _check(0.0 < self.hop_penalty <= 1.0, "graph.hop_penalty", self.hop_penalty, "(0, 1]")
+        _check(
+            0.0 <= self.pagerank_weight <= 10.0,
+            "graph.pagerank_weight",
+            self.pagerank_weight,
+            "0.0..10.0",
+        )
+        _check(
+            1 <= self.related_per_concept <= 1000,
+            "graph.related_per_concept",
+            self.related_per_concept,
+            "1..1000",
+        )
+        _check(0.0 < self.hub_fraction <= 1.0, "graph.hub_fraction", self.hub_fraction, "(0, 1]")
+
+
+@dataclass(frozen=True, slots=True)
+class FusionConfig:
+    rrf_k: int = 60
+    lexical_weight: float = 1.0
+    dense_weight: float = 1.0
+    graph_weight: float = 0.5
+    dedup: bool = True
+    """Fold hits with the same content hash into one (the best-ranked keeps its id)."""
+
+    def __post_init__(self) -> None:
+        _check(self.rrf_k >= 0, "fusion.rrf_k", self.rrf_k, ">= 0")
+        for name in ("lexical_weight", "dense_weight", "graph_weight"):
+            value = getattr(self, name)
+            _check(0.0 <= value <= 100.0, f"fusion.{name}", value, "0.0..100.0")
+        _check(
+            self.lexical_weight + self.dense_weight + self.graph_weight > 0,
+            "fusion weights",
+            (self.lexical_weight, self.dense_weight, self.graph_weight),
+            "at least one leg with weight > 0",
+        )
+
+    def weights(self) -> dict[str, float]:
+        return {
+            "lexical": self.lexical_weight,
+            "dense": self.dense_weight,
+            "graph": self.graph_weight,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RouterConfig:
+    enabled: bool = True
+    identifier_lexical_boost: float = 1.5
+    identifier_dense_factor: float = 0.7
+    relation_graph_weight: float = 1.0
+    quoted_lexical_boost: float = 1.3
+    global_graph_weight: float = 0.8
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if f.name != "enabled":
+                value = getattr(self, f.name)
+                _check(0.0 <= value <= 10.0, f"router.{f.name}", value, "0.0..10.0")
+
+
+@dataclass(frozen=True, slots=True)
+class SearchConfig:
+    k: int = 10
+    max_query_chars: int = 2_000
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.k <= 1_000, "search.k", self.k, "1..1000")
+        _check(
+            1 <= self.max_query_chars <= 100_000,
+            "search.max_query_chars",
+            self.max_query_chars,
+            "1..100000",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedderConfig:
+    model: str = "minilm"
+    """``minilm`` (packaged all-MiniLM-L6-v2), a local directory, or a hub name already cached."""
+    batch_size: int = 32
+    threads: int = 0
+    """onnxruntime intra-op threads; 0 = one per core."""
+
+    def __post_init__(self) -> None:
+        _check(bool(self.model.strip()), "embedder.model", self.model, "a non-empty name or path")
+        _check(1 <= self.batch_size <= 1024, "embedder.batch_size", self.batch_size, "1..1024")
+        _check(0 <= self.threads <= 256, "embedder.threads", self.threads, "0..256")
+
+
+@dataclass(frozen=True, slots=True)
+class ConceptConfig:
+    spacy: bool = True
+    """Named entities and noun phrases from the packaged spaCy pipeline (identifiers always)."""
+    max_phrase_words: int = 4
+
+    def __post_init__(self) -> None:
+        _check(
+            1 <= self.max_phrase_words <= 8,
+            "concepts.max_phrase_words",
+            self.max_phrase_words,
+            "1..8",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    chunk: ChunkConfig = field(default_factory=ChunkConfig)
+    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
+    concepts: ConceptConfig = field(default_factory=ConceptConfig)
+    lexical: LexicalConfig = field(default_factory=LexicalConfig)
+    dense: DenseConfig = field(default_factory=DenseConfig)
+    graph: GraphConfig = field(default_factory=GraphConfig)
+    fusion: FusionConfig = field(default_factory=FusionConfig)
+    router: RouterConfig = field(default_factory=RouterConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], base: EngineConfig | None = None) -> EngineConfig:
+        """Build from a nested mapping; unknown sections or fields are errors."""
+        merged: EngineConfig = _merge(base or cls(), data, "")
+        return merged
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> EngineConfig:
+        import yaml
+
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read config file {str(path)!r}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {str(path)!r} must hold a mapping, got {type(data)}")
+        preset = data.pop("preset", "default")
+        return cls.from_dict(data, base=preset_config(str(preset)))
+
+    def with_overrides(self, **sections: dict[str, Any]) -> EngineConfig:
+        merged: EngineConfig = _merge(self, sections, "")
+        return merged
+
+
+def _merge(obj: Any, data: dict[str, Any], prefix: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix or 'config'} must be a mapping, got {data!r}")
+    names = {f.name: f for f in fields(obj)}
+    changes: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in names:
+            raise ConfigError(
+                f"unknown config field {prefix + key!r}; allowed: {', '.join(sorted(names))}"
+            )
+        current = getattr(obj, key)
+        if is_dataclass(current):
+            changes[key] = _merge(current, value, f"{prefix}{key}.")
+        else:
+            expected = type(current)
+            if expected is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+                raise ConfigError(
+                    f"{prefix}{key}={value!r} has type {type(value).__name__}; "
+                    f"allowed: {expected.__name__}"
+                )
+            changes[key] = value
+    return dataclasses.replace(obj, **changes)
+
+
+def _preset(**sections: dict[str, Any]) -> EngineConfig:
+    return EngineConfig().with_overrides(**sections)
+
+
+PRESETS: dict[str, EngineConfig] = {
+    "default": EngineConfig(),
+    "hybrid": _preset(fusion={"graph_weight": 0.0}, router={"enabled": False}),
+    "lexical": _preset(
+        fusion={"lexical_weight": 1.0, "dense_weight": 0.0, "graph_weight": 0.0},
+        router={"enabled": False},
+    ),
+    "dense": _preset(
+        fusion={"lexical_weight": 0.0, "dense_weight": 1.0, "graph_weight": 0.0},
+        router={"enabled": False},
+    ),
+    "graph": _preset(
+        fusion={"lexical_weight": 0.0, "dense_weight": 0.0, "graph_weight": 1.0},
+        router={"enabled": False},
+    ),
+    "fixed": _preset(router={"enabled": False}),
+}
+"""Named presets. ``default`` routes per query; the others fix the leg weights."""
+
+
+def preset_config(name: str) -> EngineConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown preset {name!r}; allowed: {', '.join(sorted(PRESETS))}"
+        ) from None

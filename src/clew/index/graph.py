@@ -1,0 +1,352 @@
+"""Graph index and graph leg: concepts, MENTIONS, NEXT, HAS_CHUNK, LINKS_TO, PageRank.
+
+Derived from the store in one pass (scipy sparse matrices). The graph leg links query words and
+identifiers to concepts (exact normalized match, then one-edit fuzzy match for non-identifiers),
+walks to the chunks that mention them (hop 1) and, through RELATED_TO concepts, to the chunks
+that mention those (hop 2), and ranks by hop distance, edge weight and PageRank.
+
+RELATED_TO is co-occurrence in a chunk. The leg derives it per query from MENTIONS restricted
+to the chunks the caller may see, so a hidden chunk can neither be returned nor create the edge
+that leads to a visible one: the access mask applies to every node the walk reaches.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import pickle
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+
+from clew.config import GraphConfig
+from clew.filters import Mask
+from clew.index.lexical import top_k
+from clew.ingest.analyze import STOP_WORDS, concept_key, words
+from clew.ingest.concepts import find_identifiers
+from clew.protocols import GraphRows
+from clew.types import GraphTrail, LegHit
+
+FORMAT = "clew-graph/1"
+Vector = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class LinkedConcept:
+    concept_id: int
+    key: str
+    label: str
+    how: str
+    """``exact``, ``identifier`` or ``fuzzy``."""
+    weight: float
+
+
+class GraphIndex:
+    def __init__(self) -> None:
+        self.release = -1
+        self.keys: list[str] = []
+        self.labels: list[str] = []
+        self.kinds: list[str] = []
+        self.key_to_row: dict[str, int] = {}
+        self.concept_ids: list[int] = []
+        self.mentions = sp.csr_matrix((0, 0))
+        """concepts × chunks, weight 1 + ln(count)."""
+        self.mentions_csc = sp.csc_matrix((0, 0))
+        self.df: Vector = np.zeros(0)
+        self.pagerank_chunk: Vector = np.zeros(0)
+        self.pagerank_concept: Vector = np.zeros(0)
+        self.chunk_doc: dict[int, str] = {}
+        self.doc_links: dict[str, list[str]] = {}
+        self.next_chunk: dict[int, int] = {}
+        self.n_chunks = 0
+        self._fuzzy: dict[str, list[int]] = {}
+        self.max_words = 1
+
+    # -- building ---------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, rows: GraphRows, size: int, release: int) -> GraphIndex:
+        g = cls()
+        g.release = release
+        live = [(cid, key, label, kind) for cid, key, label, kind in rows.concepts]
+        live.sort()
+        row_of_cid: dict[int, int] = {}
+        for r, (cid, key, label, kind) in enumerate(live):
+            row_of_cid[cid] = r
+            g.concept_ids.append(cid)
+            g.keys.append(key)
+            g.labels.append(label)
+            g.kinds.append(kind)
+            g.key_to_row[key] = r
+            g.max_words = max(g.max_words, key.count(" ") + 1)
+        n_c = len(live)
+        m_rows, m_cols, m_vals = [], [], []
+        for ordinal, cid, count in rows.mentions:
+            row = row_of_cid.get(cid)
+            if row is not None and ordinal < size:
+                m_rows.append(row)
+                m_cols.append(ordinal)
+                m_vals.append(1.0 + math.log(max(count, 1)))
+        g.mentions = sp.csr_matrix((m_vals, (m_rows, m_cols)), shape=(n_c, size))
+        g.mentions_csc = g.mentions.tocsc()
+        g.df = np.diff(g.mentions.indptr).astype(np.float64)
+        g.n_chunks = len(rows.chunks)
+        by_doc: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for ordinal, doc_id, seq in rows.chunks:
+            g.chunk_doc[int(ordinal)] = doc_id
+            by_doc[doc_id].append((seq, int(ordinal)))
+        for items in by_doc.values():
+            items.sort()
+            for (_, a), (_, b) in itertools.pairwise(items):
+                g.next_chunk[a] = b
+        g.doc_links = _resolve_links(rows.links, set(by_doc))
+        g.pagerank_chunk, g.pagerank_concept = _pagerank(g, by_doc, size)
+        for r, key in enumerate(g.keys):
+            if g.kinds[r] != "identifier" and len(key) >= 5:
+                for variant in (key, *_deletions(key)):
+                    g._fuzzy.setdefault(variant, []).append(r)
+        return g
+
+    # -- linking ----------------------------------------------------------------------------
+
+    def link(self, query: str, *, fuzzy: bool = True) -> list[LinkedConcept]:
+        """Concepts a query names: identifiers, then word n-grams (exact key, then fuzzy)."""
+        found: dict[int, LinkedConcept] = {}
+        n_live = max(self.n_chunks, 1)
+
+        def add(row: int, how: str) -> None:
+            if row in found or self.df[row] == 0:
+                return
+            weight = math.log(1.0 + n_live / self.df[row])
+            found[row] = LinkedConcept(
+                self.concept_ids[row], self.keys[row], self.labels[row], how, weight
+            )
+
+        for surface in find_identifiers(query):
+            row = self.key_to_row.get(concept_key(surface, identifier=True))
+            if row is not None:
+                add(row, "identifier")
+        tokens = words(query)
+        unmatched: list[str] = []
+        for n in range(min(self.max_words, 4), 0, -1):
+            for i in range(len(tokens) - n + 1):
+                gram = tokens[i : i + n]
+                if n == 1 and gram[0] in STOP_WORDS:
+                    continue
+                raw = " ".join(gram)
+                row = self.key_to_row.get(concept_key(raw, identifier=True))
+                if row is None:
+                    row = self.key_to_row.get(concept_key(raw))
+                if row is not None:
+                    add(row, "exact")
+                elif n <= 2:
+                    unmatched.append(concept_key(raw))
+        if fuzzy:
+            for key in unmatched:
+                if len(key) < 5:
+                    continue
+                for variant in (key, *_deletions(key)):
+                    for row in self._fuzzy.get(variant, ()):
+                        if _edit_distance_le1(key, self.keys[row]):
+                            add(row, "fuzzy")
+        return sorted(found.values(), key=lambda c: (-c.weight, c.key))
+
+    # -- the leg ----------------------------------------------------------------------------
+
+    def search(
+        self,
+        query: str,
+        allowed: Mask,
+        k: int,
+        config: GraphConfig | None = None,
+        linked: Sequence[LinkedConcept] | None = None,
+    ) -> list[LegHit]:
+        config = config or GraphConfig()
+        if linked is None:
+            linked = self.link(query, fuzzy=config.fuzzy)
+        size = self.mentions.shape[1]
+        if not linked or size == 0:
+            return []
+        allow = np.zeros(size, dtype=bool)
+        upto = min(size, len(allowed))
+        allow[:upto] = allowed[:upto]
+        seeds = np.zeros(len(self.keys))
+        for c in linked:
+            seeds[self.key_to_row[c.key]] = c.weight
+        hop1 = np.asarray(self.mentions.T @ seeds).ravel()
+        hop1[~allow] = 0.0
+        scores = hop1.copy()
+        via: dict[int, list[int]] = {}
+        if config.max_hops >= 2:
+            reached = np.flatnonzero(hop1 > 0)
+            if len(reached):
+                # concepts co-occurring with the seeds in allowed chunks (RELATED_TO, per query)
+                related = np.asarray(self.mentions_csc[:, reached] @ hop1[reached]).ravel()
+                related[seeds > 0] = 0.0
+                hub_limit = max(20.0, config.hub_fraction * max(self.n_chunks, 1))
+                related[self.df > hub_limit] = 0.0
+                related[self.df < 2] = 0.0
+                keep = np.flatnonzero(related > 0)
+                if len(keep) > config.related_per_concept * len(linked):
+                    cut = config.related_per_concept * len(linked)
+                    order = np.lexsort((keep, -related[keep]))[:cut]
+                    keep = keep[order]
+                if len(keep):
+                    rel = np.zeros(len(self.keys))
+                    rel[keep] = related[keep] / related[keep].max() * max(seeds)
+                    hop2 = np.asarray(self.mentions.T @ rel).ravel() * config.hop_penalty
+                    hop2[~allow] = 0.0
+                    scores = np.maximum(hop1, hop2) + 0.1 * np.minimum(hop1, hop2)
+                    for r in keep:
+                        via[int(r)] = []
+        if config.pagerank_weight > 0 and len(self.pagerank_chunk):
+            pr = np.zeros(size)
+            m = min(size, len(self.pagerank_chunk))
+            pr[:m] = self.pagerank_chunk[:m]
+            scores = scores * (1.0 + config.pagerank_weight * pr)
+        hits = top_k(scores.astype(np.float32), k)
+        seed_rows = {self.key_to_row[c.key] for c in linked}
+        out = []
+        for h in hits:
+            col = self.mentions_csc[:, h.ordinal]
+            rows_here = set(col.indices.tolist())
+            direct = sorted(self.keys[r] for r in rows_here & seed_rows)
+            if direct:
+                trail = GraphTrail(concepts=tuple(direct), hops=1)
+            else:
+                through = sorted(self.keys[r] for r in rows_here if r in via)[:5]
+                trail = GraphTrail(
+                    concepts=tuple(sorted(c.key for c in linked))[:5], hops=2, via=tuple(through)
+                )
+            out.append(LegHit(h.ordinal, h.score, trail))
+        return out
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def save(self, directory: Path) -> None:
+        tmp = directory / f"graph.tmp{os.getpid()}"
+        with tmp.open("wb") as fh:
+            pickle.dump((FORMAT, self), fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, directory / "graph.pickle")
+
+    @classmethod
+    def load(cls, directory: Path) -> GraphIndex | None:
+        path = directory / "graph.pickle"
+        if not path.exists():
+            return None
+        try:
+            with path.open("rb") as fh:
+                fmt, g = pickle.load(fh)
+        except Exception:
+            return None
+        return g if fmt == FORMAT and isinstance(g, GraphIndex) else None
+
+
+def _resolve_links(links: Sequence[tuple[str, str]], doc_ids: set[str]) -> dict[str, list[str]]:
+    by_base: dict[str, list[str]] = defaultdict(list)
+    for d in doc_ids:
+        by_base[d.rsplit("/", 1)[-1]].append(d)
+        by_base[d.rsplit("/", 1)[-1].rsplit(".", 1)[0]].append(d)
+    out: dict[str, list[str]] = defaultdict(list)
+    for src, raw in links:
+        target = raw.split("#", 1)[0].strip().removeprefix("./")
+        if not target:
+            continue
+        if target in doc_ids:
+            hits = [target]
+        else:
+            base = target.rsplit("/", 1)[-1]
+            hits = sorted(set(by_base.get(base, []) or by_base.get(base.rsplit(".", 1)[0], [])))
+        for dst in hits:
+            if dst != src and dst not in out[src]:
+                out[src].append(dst)
+    return dict(out)
+
+
+def _pagerank(
+    g: GraphIndex,
+    by_doc: dict[str, list[tuple[int, int]]],
+    size: int,
+    damping: float = 0.85,
+    iterations: int = 50,
+) -> tuple[Vector, Vector]:
+    """PageRank over chunks, concepts and documents; returned scaled to [0, 1] by the max."""
+    n_c = len(g.keys)
+    docs = sorted(by_doc)
+    doc_row = {d: size + n_c + i for i, d in enumerate(docs)}
+    n = size + n_c + len(docs)
+    src: list[npt.NDArray[np.int64]] = []
+    dst: list[npt.NDArray[np.int64]] = []
+    coo = g.mentions.tocoo()
+    concept_nodes = coo.row.astype(np.int64) + size
+    chunk_nodes = coo.col.astype(np.int64)
+    src += [chunk_nodes, concept_nodes]  # MENTIONS, both directions
+    dst += [concept_nodes, chunk_nodes]
+    pairs = [(a, b) for a, b in g.next_chunk.items()]
+    for d, items in by_doc.items():
+        pairs += [(doc_row[d], o) for _, o in items]  # HAS_CHUNK
+    for s, targets in g.doc_links.items():
+        pairs += [(doc_row[s], doc_row[t]) for t in targets]  # LINKS_TO (directed)
+    if pairs:
+        arr = np.asarray(pairs, dtype=np.int64)
+        undirected = np.asarray([not (a >= size + n_c and b >= size + n_c) for a, b in pairs])
+        src += [arr[:, 0], arr[undirected, 1]]
+        dst += [arr[:, 1], arr[undirected, 0]]
+    s_all = np.concatenate(src) if src else np.zeros(0, dtype=np.int64)
+    d_all = np.concatenate(dst) if dst else np.zeros(0, dtype=np.int64)
+    if n == 0 or len(s_all) == 0:
+        return np.zeros(size), np.zeros(n_c)
+    adj = sp.csr_matrix((np.ones(len(s_all)), (s_all, d_all)), shape=(n, n))
+    out_deg = np.asarray(adj.sum(axis=1)).ravel()
+    inv = np.divide(1.0, out_deg, out=np.zeros(n), where=out_deg > 0)
+    transition = sp.diags(inv) @ adj
+    present = np.zeros(n, dtype=bool)
+    present[list(g.chunk_doc)] = True
+    present[size:] = True
+    base = present / present.sum()
+    rank = base.copy()
+    for _ in range(iterations):
+        dangling = rank[out_deg == 0].sum()
+        new = damping * (transition.T @ rank + dangling * base) + (1 - damping) * base
+        if np.abs(new - rank).sum() < 1e-9:
+            rank = new
+            break
+        rank = new
+    chunk_pr = rank[:size]
+    concept_pr = rank[size : size + n_c]
+    return _scale(chunk_pr), _scale(concept_pr)
+
+
+def _scale(v: Vector) -> Vector:
+    top = float(v.max()) if len(v) else 0.0
+    return v / top if top > 0 else v
+
+
+def _deletions(key: str) -> list[str]:
+    return [key[:i] + key[i + 1 :] for i in range(len(key))]
+
+
+def _edit_distance_le1(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (
+            len(diff) == 2
+            and diff[1] == diff[0] + 1
+            and a[diff[0]] == b[diff[1]]
+            and a[diff[1]] == b[diff[0]]
+        )
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    i = 0
+    while i < len(short) and short[i] == long_[i]:
+        i += 1
+    return short[i:] == long_[i + 1 :]

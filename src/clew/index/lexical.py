@@ -1,0 +1,220 @@
+"""BM25 over analyzer tokens: an in-memory inverted index in numpy, derived from the store.
+
+Postings are column-compressed per term (ordinals and term frequencies). BM25 is computed at
+query time from term frequencies, so ``k1`` and ``b`` are query-time settings. The access mask is
+applied inside scoring, before the top-k: a hidden chunk never enters the candidate list.
+
+Catching up: new chunks since the last sync become a small extra segment; deleted chunks drop
+out through the live mask the engine ANDs into every query. When extra segments pile up
+(more than 4, or a fifth of the postings) the index is rebuilt from the store in one segment.
+``bench/lexical.py`` compares it with tantivy and SQLite FTS5 on the same tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from clew.filters import Mask
+from clew.types import LegHit
+
+FORMAT = "clew-bm25/1"
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    indptr: npt.NDArray[np.int64]
+    """Per term id t: postings are rows[indptr[t]:indptr[t+1]] (terms beyond len-1: none)."""
+    rows: npt.NDArray[np.int32]
+    tfs: npt.NDArray[np.float32]
+
+    def postings(self, tid: int) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]:
+        if tid + 1 >= len(self.indptr):
+            return self.rows[:0], self.tfs[:0]
+        a, b = int(self.indptr[tid]), int(self.indptr[tid + 1])
+        return self.rows[a:b], self.tfs[a:b]
+
+
+class BM25Index:
+    """Inverted index with BM25 scoring and in-index filtering."""
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+        self.df: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self.doclen: npt.NDArray[np.float32] = np.zeros(0, dtype=np.float32)
+        self.segments: list[_Segment] = []
+        self.n_docs = 0
+        self.total_len = 0.0
+        self.last_ordinal = 0
+        self.release = -1
+        self.analyzer = ""
+
+    # -- building ---------------------------------------------------------------------------
+
+    def add(self, docs: Iterable[tuple[int, Sequence[str]]]) -> int:
+        """Add chunks (ordinal, tokens) as one new segment; returns how many were added."""
+        term_ids: list[int] = []
+        rows: list[int] = []
+        tfs: list[int] = []
+        lengths: dict[int, int] = {}
+        vocab = self.vocab
+        for ordinal, tokens in docs:
+            counts = Counter(tokens)
+            lengths[ordinal] = len(tokens)
+            for term, tf in counts.items():
+                tid = vocab.get(term)
+                if tid is None:
+                    tid = len(vocab)
+                    vocab[term] = tid
+                term_ids.append(tid)
+                rows.append(ordinal)
+                tfs.append(tf)
+        if not lengths:
+            return 0
+        n_terms = len(vocab)
+        tid_arr = np.asarray(term_ids, dtype=np.int64)
+        order = np.argsort(tid_arr, kind="stable")
+        counts_per_term = np.bincount(tid_arr, minlength=n_terms)
+        indptr = np.zeros(n_terms + 1, dtype=np.int64)
+        np.cumsum(counts_per_term, out=indptr[1:])
+        seg = _Segment(
+            indptr,
+            np.asarray(rows, dtype=np.int32)[order],
+            np.asarray(tfs, dtype=np.float32)[order],
+        )
+        self.segments.append(seg)
+        if len(self.df) < n_terms:
+            self.df = np.concatenate([self.df, np.zeros(n_terms - len(self.df), dtype=np.int64)])
+        self.df += counts_per_term
+        top = max(lengths)
+        if len(self.doclen) <= top:
+            grown = np.zeros(max(top + 1, int(len(self.doclen) * 1.25)), dtype=np.float32)
+            grown[: len(self.doclen)] = self.doclen
+            self.doclen = grown
+        for ordinal, n in lengths.items():
+            self.doclen[ordinal] = n
+        self.n_docs += len(lengths)
+        self.total_len += float(sum(lengths.values()))
+        self.last_ordinal = max(self.last_ordinal, top)
+        return len(lengths)
+
+    def needs_merge(self) -> bool:
+        if len(self.segments) <= 1:
+            return False
+        extra = sum(len(s.rows) for s in self.segments[1:])
+        return len(self.segments) > 5 or extra > 0.2 * len(self.segments[0].rows)
+
+    # -- querying ---------------------------------------------------------------------------
+
+    def search(
+        self, tokens: Sequence[str], allowed: Mask, k: int, *, k1: float = 0.9, b: float = 0.4
+    ) -> list[LegHit]:
+        """Top-k chunks by BM25 among ``allowed`` ordinals (score desc, ordinal asc)."""
+        if not tokens or self.n_docs == 0:
+            return []
+        qtf = Counter(t for t in tokens if t in self.vocab)
+        if not qtf:
+            return []
+        size = len(allowed)
+        scores = np.zeros(size, dtype=np.float32)
+        avgdl = self.total_len / max(self.n_docs, 1)
+        n = self.n_docs
+        for term, weight in qtf.items():
+            tid = self.vocab[term]
+            df = float(self.df[tid])
+            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            for seg in self.segments:
+                rows, tf = seg.postings(tid)
+                if len(rows) == 0:
+                    continue
+                inside = rows < size
+                if not inside.all():
+                    rows, tf = rows[inside], tf[inside]
+                norm = k1 * (1.0 - b + b * self.doclen[rows] / avgdl)
+                scores[rows] += np.float32(idf * weight) * (tf * (k1 + 1.0) / (tf + norm))
+        scores[~allowed] = 0.0
+        return top_k(scores, k)
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def save(self, directory: Path) -> None:
+        arrays: dict[str, npt.NDArray[np.generic]] = {"df": self.df, "doclen": self.doclen}
+        for i, seg in enumerate(self.segments):
+            arrays[f"indptr{i}"] = seg.indptr
+            arrays[f"rows{i}"] = seg.rows
+            arrays[f"tfs{i}"] = seg.tfs
+        terms = sorted(self.vocab, key=self.vocab.__getitem__)
+        meta = {
+            "format": FORMAT,
+            "release": self.release,
+            "last_ordinal": self.last_ordinal,
+            "n_docs": self.n_docs,
+            "total_len": self.total_len,
+            "analyzer": self.analyzer,
+            "segments": len(self.segments),
+        }
+        tmp = directory / f"lexical.tmp{os.getpid()}.npz"
+        np.savez(tmp, **arrays)  # type: ignore[arg-type]
+        (directory / "lexical.terms.tmp").write_text("\n".join(terms), encoding="utf-8")
+        os.replace(directory / "lexical.terms.tmp", directory / "lexical.terms")
+        os.replace(tmp, directory / "lexical.npz")
+        _write_json(directory / "lexical.json", meta)
+
+    @classmethod
+    def load(cls, directory: Path) -> BM25Index | None:
+        meta_path = directory / "lexical.json"
+        if not meta_path.exists():
+            return None
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            if meta.get("format") != FORMAT:
+                return None
+            data = np.load(directory / "lexical.npz")
+            terms = (directory / "lexical.terms").read_text(encoding="utf-8").split("\n")
+        except (OSError, ValueError):
+            return None
+        idx = cls()
+        idx.vocab = {t: i for i, t in enumerate(terms)} if terms != [""] else {}
+        idx.df = data["df"]
+        idx.doclen = data["doclen"]
+        idx.segments = [
+            _Segment(data[f"indptr{i}"], data[f"rows{i}"], data[f"tfs{i}"])
+            for i in range(int(meta["segments"]))
+        ]
+        idx.n_docs = int(meta["n_docs"])
+        idx.total_len = float(meta["total_len"])
+        idx.last_ordinal = int(meta["last_ordinal"])
+        idx.release = int(meta["release"])
+        idx.analyzer = str(meta["analyzer"])
+        if len(idx.df) != len(idx.vocab):
+            return None
+        return idx
+
+
+def top_k(scores: npt.NDArray[np.float32], k: int) -> list[LegHit]:
+    """Positive scores only, ordered by (score desc, ordinal asc)."""
+    candidates = np.flatnonzero(scores > 0)
+    if len(candidates) == 0:
+        return []
+    if len(candidates) > k:
+        part = np.argpartition(-scores[candidates], k - 1)[:k]
+        kth = scores[candidates[part]].min()
+        # keep every tie at the boundary so the order below is by ordinal, not by partition
+        candidates = candidates[scores[candidates] >= kth]
+    order = np.lexsort((candidates, -scores[candidates]))[:k]
+    chosen = candidates[order]
+    return [LegHit(int(o), float(scores[o])) for o in chosen]
+
+
+def _write_json(path: Path, data: object) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)

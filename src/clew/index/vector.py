@@ -1,0 +1,171 @@
+"""Dense leg: exact inner-product search, with an HNSW index (faiss) above a size threshold.
+
+Filter-aware without silent recall loss: when the access mask allows at most
+``exact_max_allowed`` chunks, the allowed rows are scanned exactly; otherwise HNSW searches with
+the mask as an ID selector inside the graph walk. ``bench/dense.py`` measures HNSW recall against
+exact search, with and without filters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from clew.config import DenseConfig
+from clew.filters import Mask
+from clew.index.lexical import top_k
+from clew.types import LegHit
+
+FORMAT = "clew-vectors/1"
+Matrix = npt.NDArray[np.float32]
+
+
+class VectorIndex:
+    """Row ``o`` of the matrix is the vector of chunk ordinal ``o`` (zeros for gaps)."""
+
+    def __init__(self, dim: int, config: DenseConfig) -> None:
+        self.dim = dim
+        self.config = config
+        self.matrix: Matrix = np.zeros((0, dim), dtype=np.float32)
+        self.count = 0
+        self.last_ordinal = 0
+        self.release = -1
+        self.model = ""
+        self.hnsw: Any = None
+        self._hnsw_rows = 0
+
+    def add(self, rows: Iterable[tuple[int, Matrix]]) -> int:
+        items = list(rows)
+        if not items:
+            return 0
+        top = max(o for o, _ in items)
+        if top >= len(self.matrix):
+            grown = np.zeros(
+                (max(top + 1, int(len(self.matrix) * 1.25)), self.dim), dtype=np.float32
+            )
+            grown[: len(self.matrix)] = self.matrix
+            self.matrix = grown
+        for ordinal, vec in items:
+            self.matrix[ordinal] = vec
+        self.count += len(items)
+        self.last_ordinal = max(self.last_ordinal, top)
+        self._maybe_hnsw()
+        return len(items)
+
+    def _maybe_hnsw(self) -> None:
+        if self.count < self.config.hnsw_min_chunks:
+            return
+        import faiss
+
+        if self.hnsw is None:
+            self.hnsw = faiss.IndexHNSWFlat(
+                self.dim, self.config.hnsw_m, faiss.METRIC_INNER_PRODUCT
+            )
+            self.hnsw.hnsw.efConstruction = self.config.ef_construction
+            self._hnsw_rows = 0
+        upto = self.last_ordinal + 1
+        if upto > self._hnsw_rows:
+            # faiss ids are insertion positions: add every row up to the last ordinal, so that
+            # position == ordinal (gap rows are zero vectors, never allowed by the live mask)
+            self.hnsw.add(np.ascontiguousarray(self.matrix[self._hnsw_rows : upto]))
+            self._hnsw_rows = upto
+
+    def search(self, vector: Matrix, allowed: Mask, k: int) -> list[LegHit]:
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        n = min(len(allowed), len(self.matrix))
+        allowed = allowed[:n]
+        ids = np.flatnonzero(allowed)
+        if len(ids) == 0:
+            return []
+        if self.hnsw is None or len(ids) <= self.config.exact_max_allowed:
+            return self._exact(q, ids, k)
+        return self._hnsw_search(q, allowed, k)
+
+    def _exact(self, q: Matrix, ids: npt.NDArray[np.int64], k: int) -> list[LegHit]:
+        sims = self.matrix @ q if len(ids) == len(self.matrix) else self.matrix[ids] @ q
+        scores = np.full(len(self.matrix), 0.0, dtype=np.float32)
+        # cosine can be <= 0; shift into (0, 2] so top_k keeps every allowed row
+        scores[ids] = sims + np.float32(1.0 + 1e-6)
+        return [LegHit(h.ordinal, h.score - (1.0 + 1e-6)) for h in top_k(scores, k)]
+
+    def _hnsw_search(self, q: Matrix, allowed: Mask, k: int) -> list[LegHit]:
+        import faiss
+
+        hnsw_rows = self._hnsw_rows
+        mask = np.zeros(hnsw_rows, dtype=bool)
+        upto = min(hnsw_rows, len(allowed))
+        mask[:upto] = allowed[:upto]
+        params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
+        params.efSearch = max(self.config.ef_search, k)
+        if not mask.all():
+            bits = np.packbits(mask, bitorder="little")
+            params.sel = faiss.IDSelectorBitmap(hnsw_rows, faiss.swig_ptr(bits))
+        dist, idx = self.hnsw.search(q.reshape(1, -1), k, params=params)
+        out = [(int(i), float(d)) for d, i in zip(dist[0], idx[0], strict=True) if i >= 0]
+        out.sort(key=lambda t: (-t[1], t[0]))
+        return [LegHit(o, s) for o, s in out]
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def save(self, directory: Path) -> None:
+        tmp = directory / f"vectors.tmp{os.getpid()}.npy"
+        np.save(tmp, self.matrix[: self.last_ordinal + 1])
+        os.replace(tmp, directory / "vectors.npy")
+        if self.hnsw is not None:
+            import faiss
+
+            tmp_h = directory / f"hnsw.tmp{os.getpid()}"
+            faiss.write_index(self.hnsw, str(tmp_h))
+            os.replace(tmp_h, directory / "hnsw.faiss")
+        elif (directory / "hnsw.faiss").exists():
+            (directory / "hnsw.faiss").unlink()
+        meta = {
+            "format": FORMAT,
+            "release": self.release,
+            "last_ordinal": self.last_ordinal,
+            "count": self.count,
+            "dim": self.dim,
+            "model": self.model,
+            "hnsw_rows": self._hnsw_rows if self.hnsw is not None else 0,
+            "hnsw_m": self.config.hnsw_m,
+        }
+        tmp_j = directory / f"vectors.tmp{os.getpid()}.json"
+        tmp_j.write_text(json.dumps(meta), encoding="utf-8")
+        os.replace(tmp_j, directory / "vectors.json")
+
+    @classmethod
+    def load(cls, directory: Path, config: DenseConfig) -> VectorIndex | None:
+        meta_path = directory / "vectors.json"
+        if not meta_path.exists():
+            return None
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            if meta.get("format") != FORMAT or meta.get("hnsw_m") != config.hnsw_m:
+                return None
+            matrix = np.load(directory / "vectors.npy")
+        except (OSError, ValueError):
+            return None
+        idx = cls(int(meta["dim"]), config)
+        idx.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+        idx.count = int(meta["count"])
+        idx.last_ordinal = int(meta["last_ordinal"])
+        idx.release = int(meta["release"])
+        idx.model = str(meta["model"])
+        if meta.get("hnsw_rows"):
+            import faiss
+
+            try:
+                idx.hnsw = faiss.read_index(str(directory / "hnsw.faiss"))
+            except RuntimeError:
+                return None
+            idx._hnsw_rows = int(meta["hnsw_rows"])
+            idx.hnsw.hnsw.efSearch = config.ef_search
+        if len(idx.matrix) != idx.last_ordinal + 1 and idx.count:
+            return None
+        return idx

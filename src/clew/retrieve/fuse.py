@@ -1,0 +1,80 @@
+"""Weighted Reciprocal Rank Fusion that keeps every contribution, and content-hash dedup.
+
+Pure functions over ranked lists. RRF: a hit at 1-based rank ``r`` in a leg of weight ``w``
+adds ``w / (k + r)``. Ties are broken by (score desc, best rank asc, number of legs desc,
+chunk id asc), so the same inputs give the same order, bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from clew.types import Contribution, GraphTrail, LegHit
+
+
+@dataclass(frozen=True, slots=True)
+class Fused:
+    ordinal: int
+    score: float
+    contributions: tuple[Contribution, ...]
+    trail: GraphTrail | None
+    duplicates: tuple[int, ...] = ()
+
+
+def rrf(
+    lists: Mapping[str, Sequence[LegHit]],
+    weights: Mapping[str, float],
+    k: int,
+    chunk_id: Callable[[int], str],
+) -> list[Fused]:
+    """Fuse ranked lists; legs are visited in sorted name order for a stable sum."""
+    parts: dict[int, list[Contribution]] = {}
+    trails: dict[int, GraphTrail] = {}
+    for leg in sorted(lists):
+        weight = weights.get(leg, 0.0)
+        if weight <= 0:
+            continue
+        for rank, hit in enumerate(lists[leg], start=1):
+            part = weight / (k + rank)
+            parts.setdefault(hit.ordinal, []).append(
+                Contribution(leg=leg, rank=rank, raw_score=hit.score, fused_part=part)
+            )
+            if hit.trail is not None and hit.ordinal not in trails:
+                trails[hit.ordinal] = hit.trail
+    fused = [
+        Fused(
+            ordinal=o,
+            score=sum(c.fused_part for c in cs),
+            contributions=tuple(cs),
+            trail=trails.get(o),
+        )
+        for o, cs in parts.items()
+    ]
+    fused.sort(
+        key=lambda f: (
+            -f.score,
+            min(c.rank for c in f.contributions),
+            -len(f.contributions),
+            chunk_id(f.ordinal),
+        )
+    )
+    return fused
+
+
+def dedup(fused: Sequence[Fused], content_hash: Callable[[int], str]) -> list[Fused]:
+    """Fold hits whose content hash was already seen into the first (best) one."""
+    first: dict[str, int] = {}
+    out: list[Fused] = []
+    folded: dict[int, list[int]] = {}
+    for f in fused:
+        h = content_hash(f.ordinal)
+        if h in first:
+            folded.setdefault(first[h], []).append(f.ordinal)
+            continue
+        first[h] = len(out)
+        out.append(f)
+    for i, dups in folded.items():
+        f = out[i]
+        out[i] = Fused(f.ordinal, f.score, f.contributions, f.trail, tuple(dups))
+    return out

@@ -1,0 +1,69 @@
+"""Deterministic router v1: query features → which legs run and with what weight.
+
+Features (each reported in the result): ``identifier`` (an error code, CamelCase, snake_case,
+UPPER_SNAKE or dotted identifier), ``entity`` (the query names a concept in the graph),
+``relation`` (cues such as "what else", "caused by", "downstream of", "after"), ``global``
+("across all", "overall"), ``quoted`` (a quoted phrase), ``no_concept`` (nothing to walk from).
+Starting from the config's fusion weights, rules only scale weights; a leg whose base weight is 0
+never runs, and the graph leg does not run without a linked concept.
+"""
+
+from __future__ import annotations
+
+import re
+
+from clew.config import FusionConfig, RouterConfig
+from clew.ingest.concepts import find_identifiers
+from clew.types import Route
+
+_RELATION = re.compile(
+    r"\b(what else|caused by|cause[sd]?|because of|led to|lead to|leads to|resulted in|"
+    r"related to|relates? to|downstream( of)?|upstream( of)?|depends? on|dependenc(y|ies)|"
+    r"after|before|triggered|impact(ed|s)? (on|by)?|affect(ed|s)?|broke|linked to|connected to)\b",
+    re.IGNORECASE,
+)
+_GLOBAL = re.compile(
+    r"\b(across all|across the|overall|in general|all (the )?\w+s\b|every)\b", re.IGNORECASE
+)
+_QUOTED = re.compile(r"\"[^\"]{2,}\"|“[^”]{2,}”")
+
+
+def query_features(query: str, linked_concepts: int) -> list[str]:
+    features = []
+    if find_identifiers(query) or re.search(r"\b[A-Za-z]+-\d{2,}\b", query):
+        features.append("identifier")
+    if linked_concepts:
+        features.append("entity")
+    else:
+        features.append("no_concept")
+    if _RELATION.search(query):
+        features.append("relation")
+    if _GLOBAL.search(query):
+        features.append("global")
+    if _QUOTED.search(query):
+        features.append("quoted")
+    return features
+
+
+def route(query: str, linked_concepts: int, fusion: FusionConfig, router: RouterConfig) -> Route:
+    features = query_features(query, linked_concepts)
+    weights = fusion.weights()
+    if router.enabled:
+        base = dict(weights)
+        if "identifier" in features:
+            weights["lexical"] *= router.identifier_lexical_boost
+            weights["dense"] *= router.identifier_dense_factor
+        if "quoted" in features:
+            weights["lexical"] *= router.quoted_lexical_boost
+        if "entity" in features and base["graph"] > 0:
+            if "relation" in features:
+                weights["graph"] = max(weights["graph"], router.relation_graph_weight)
+            if "global" in features:
+                weights["graph"] = max(weights["graph"], router.global_graph_weight)
+        for leg, w in base.items():
+            if w <= 0:
+                weights[leg] = 0.0
+    if "no_concept" in features:
+        weights["graph"] = 0.0
+    legs = {leg: round(w, 6) for leg, w in weights.items() if w > 0}
+    return Route(legs=legs, features=tuple(features))

@@ -1,0 +1,1 @@
+"""Test helpers shipped with clew: a deterministic fake encoder and conformance suites."""

@@ -1,0 +1,192 @@
+"""Conformance suites every backend must pass.
+
+Each ``check_*`` function takes a factory for a fresh, empty backend and raises
+``AssertionError`` with a message on the first violation. The embedded backend runs them in
+``tests/integration/test_conformance.py``; a second backend (PostgreSQL) runs the same functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from clew.ingest.analyze import analyze
+from clew.ingest.chunk import content_hash
+from clew.protocols import DocumentRecord, Store
+from clew.types import Chunk, Concept, Document, Mention
+
+
+def make_record(
+    doc_id: str,
+    paragraphs: Sequence[str],
+    *,
+    metadata: dict[str, Any] | None = None,
+    links: Sequence[str] = (),
+    dim: int = 8,
+    seed: int = 0,
+) -> DocumentRecord:
+    """A small, fully formed record: one chunk per paragraph, identifiers as mentions."""
+    rng = np.random.default_rng(seed)
+    chunks = []
+    pos = 0
+    text = "\n\n".join(paragraphs)
+    for i, p in enumerate(paragraphs):
+        start = text.index(p, pos)
+        chunks.append(
+            Chunk(
+                chunk_id=f"{doc_id}#{i}",
+                doc_id=doc_id,
+                seq=i,
+                text=p,
+                content_hash=content_hash(p),
+                token_count=len(p.split()),
+                start=start,
+                end=start + len(p),
+            )
+        )
+        pos = start + len(p)
+    vectors = rng.normal(size=(len(chunks), dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    mentions = tuple(
+        tuple(
+            Mention(Concept(w.lower(), w, "identifier"), n)
+            for w, n in sorted(Counter(x for x in p.split() if "-" in x).items())
+        )
+        for p in paragraphs
+    )
+    return DocumentRecord(
+        document=Document(
+            doc_id=doc_id,
+            title=doc_id,
+            text=text,
+            source=doc_id,
+            metadata=metadata or {},
+            links=tuple(links),
+        ),
+        doc_hash=f"hash-{doc_id}-{seed}",
+        chunks=tuple(chunks),
+        tokens=tuple(tuple(analyze(p)) for p in paragraphs),
+        vectors=vectors,
+        mentions=mentions,
+    )
+
+
+def check_store(make_store: Callable[[], Store]) -> None:
+    """Writes, reads, updates, deletes and failed writes behave as the protocol says."""
+    store = make_store()
+    assert store.release() == 0, "a new store starts at release 0"
+    a = make_record("a", ["alpha ERR-1 one", "alpha two"], metadata={"audience": "public"})
+    b = make_record("b", ["beta ERR-1 three"], metadata={"audience": "sre"}, links=["a"])
+    r1 = store.write([a, b])
+    assert r1 == 1 and store.release() == 1, "each write is one new release"
+    assert store.doc_hashes(["a", "b", "zz"]) == {"a": a.doc_hash, "b": b.doc_hash}
+    live = list(store.live_ordinals())
+    assert len(live) == 3 and live == sorted(live), "ordinals are listed ascending"
+    toks = dict(store.iter_tokens(0))
+    assert sorted(toks.values()) == sorted(a.tokens + b.tokens), "tokens round-trip"
+    vecs = dict(store.iter_vectors(0))
+    stored = np.stack([vecs[o] for o in live])
+    expected = np.concatenate([a.vectors, b.vectors])
+    assert np.allclose(np.sort(stored, axis=0), np.sort(expected, axis=0)), "vectors round-trip"
+    rows = store.fetch(live)
+    assert {r.chunk_id for r in rows.values()} == {"a#0", "a#1", "b#0"}
+    assert all(r.metadata == {"audience": "public"} for r in rows.values() if r.doc_id == "a")
+    md = {tuple(sorted(o)): m for o, m in store.metadata_rows()}
+    assert len(md) == 2 and sum(len(k) for k in md) == 3, "metadata rows cover every chunk"
+    g = store.graph_rows()
+    keys = {c[1] for c in g.concepts}
+    assert keys == {"err-1"}, f"concepts are shared across documents, got {keys}"
+    assert len(g.mentions) == 2 and ("b", "a") in set(g.links)
+
+    # update: a's chunks are replaced, never duplicated; ordinals are not reused
+    a2 = make_record("a", ["alpha changed"], metadata={"audience": "public"}, seed=1)
+    r2 = store.write([a2])
+    assert r2 == 2
+    live2 = list(store.live_ordinals())
+    assert len(live2) == 2 and max(live2) > max(live), "new chunks get new ordinals"
+    assert not set(live2) & (set(live) - {o for o, r in rows.items() if r.doc_id == "b"})
+    assert store.max_ordinal() >= max(live2)
+    after = dict(store.iter_tokens(max(live)))
+    assert list(after.values()) == [a2.tokens[0]], "iter_tokens(after) yields only newer chunks"
+
+    # delete: chunks, mentions and orphaned concepts go; other documents stay
+    r3 = store.delete(["b"])
+    assert r3 == 3 and len(store.live_ordinals()) == 1
+    assert store.graph_rows().concepts == [] or all(
+        c[1] != "err-1" for c in store.graph_rows().concepts
+    ), "orphan concepts are removed"
+    assert store.doc_hashes(["b"]) == {}
+
+    # a failed write changes nothing
+    bad = make_record("c", ["gamma"], seed=2)
+    broken = DocumentRecord(
+        bad.document,
+        bad.doc_hash,
+        bad.chunks * 2,
+        bad.tokens * 2,
+        np.concatenate([bad.vectors, bad.vectors]),
+        bad.mentions * 2,
+    )
+    try:
+        store.write([make_record("d", ["delta"]), broken])
+    except Exception:
+        pass
+    else:
+        raise AssertionError("a batch with duplicate chunk ids must fail")
+    assert store.release() == 3, "a failed write must not bump the release"
+    assert store.doc_hashes(["c", "d"]) == {}, "a failed write must leave nothing behind"
+
+
+def check_lexical_search(
+    search: Callable[[Sequence[str], Any, int], list[Any]],
+    docs: dict[int, Sequence[str]],
+    k1: float = 0.9,
+    b: float = 0.4,
+) -> None:
+    """BM25 scores and order match a brute-force reference; the mask is applied inside."""
+    size = max(docs) + 1
+    n = len(docs)
+    avgdl = sum(len(t) for t in docs.values()) / n
+    df = Counter(t for toks in docs.values() for t in set(toks))
+    vocab = sorted(df)
+    for query in ([vocab[0]], vocab[:3], [vocab[-1], vocab[len(vocab) // 2]]):
+        expected: dict[int, float] = {}
+        for o, toks in docs.items():
+            tf = Counter(toks)
+            s = 0.0
+            for t in query:
+                if tf[t]:
+                    idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
+                    s += idf * tf[t] * (k1 + 1) / (tf[t] + k1 * (1 - b + b * len(toks) / avgdl))
+            if s > 0:
+                expected[o] = s
+        allowed = np.zeros(size, dtype=bool)
+        allowed[list(docs)] = True
+        got = search(query, allowed, 1000)
+        assert {h.ordinal for h in got} == set(expected), f"BM25 hit set differs for {query}"
+        for h in got:
+            assert abs(h.score - expected[h.ordinal]) < 1e-3 * max(1.0, expected[h.ordinal])
+        ranked = sorted(expected, key=lambda o: (-expected[o], o))
+        assert [h.ordinal for h in got][:3] == ranked[:3], "order is (score desc, ordinal asc)"
+        hidden = ranked[0]
+        allowed[hidden] = False
+        assert hidden not in {h.ordinal for h in search(query, allowed, 1000)}, "mask applies"
+
+
+def check_vector_search(search: Callable[[Any, Any, int], list[Any]], matrix: Any) -> None:
+    """Exact top-k by inner product among allowed rows."""
+    rng = np.random.default_rng(7)
+    size = len(matrix)
+    for _ in range(5):
+        q = rng.normal(size=matrix.shape[1]).astype(np.float32)
+        q /= np.linalg.norm(q)
+        allowed = rng.random(size) < 0.5
+        got = search(q, allowed, 5)
+        ids = np.flatnonzero(allowed)
+        sims = matrix[ids] @ q
+        want = ids[np.lexsort((ids, -sims))][:5]
+        assert [h.ordinal for h in got] == [int(i) for i in want], "exact top-k among allowed"

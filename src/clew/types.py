@@ -1,0 +1,202 @@
+"""Core value types. Frozen, slotted dataclasses with stable string ids.
+
+Change a value with :func:`dataclasses.replace`; never mutate. Every hit carries its chunk id,
+never a list position, and a tuple of :class:`Contribution` records that say where its score
+came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+JSONValue = Any
+"""A value that survives ``json.dumps``: str, int, float, bool, None, list, dict."""
+
+Leg = Literal["lexical", "dense", "graph"]
+LEGS: tuple[Leg, ...] = ("lexical", "dense", "graph")
+
+ConceptKind = Literal["identifier", "entity", "phrase"]
+EdgeType = Literal["HAS_CHUNK", "NEXT", "MENTIONS", "RELATED_TO", "LINKS_TO"]
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A source document as loaded, before chunking."""
+
+    doc_id: str
+    title: str
+    text: str
+    source: str
+    """Where it came from: a file path relative to the ingest root, or a JSONL file and line."""
+    metadata: dict[str, JSONValue] = field(default_factory=dict)
+    links: tuple[str, ...] = ()
+    """Raw link targets (markdown links, ``metadata.links``), resolved to documents in the graph."""
+    fmt: str = "txt"
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A contiguous piece of a document: the unit every leg indexes and returns."""
+
+    chunk_id: str
+    doc_id: str
+    seq: int
+    text: str
+    content_hash: str
+    token_count: int
+    heading_path: tuple[str, ...] = ()
+    start: int = 0
+    """Character offset of the chunk's first character in the document text."""
+    end: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Concept:
+    """A normalized concept: an identifier, a named entity or a noun phrase."""
+
+    key: str
+    """Normalized form; aliases that normalize to the same key are one concept."""
+    label: str
+    """The first surface form seen."""
+    kind: ConceptKind
+
+
+@dataclass(frozen=True, slots=True)
+class Mention:
+    """A chunk mentions a concept ``count`` times."""
+
+    concept: Concept
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Contribution:
+    """One piece of a hit's score: which stage produced it, at what rank, from what raw score."""
+
+    leg: str
+    rank: int
+    """1-based rank in that leg's list."""
+    raw_score: float
+    fused_part: float
+    """What this contribution added to the fused score (weight / (rrf_k + rank))."""
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {
+            "leg": self.leg,
+            "rank": self.rank,
+            "raw_score": self.raw_score,
+            "fused_part": self.fused_part,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GraphTrail:
+    """Why the graph leg reached a chunk: the concepts it came through and the hop count."""
+
+    concepts: tuple[str, ...]
+    hops: int
+    via: tuple[str, ...] = ()
+    """For 2-hop reach: the related concepts the walk passed through."""
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {"concepts": list(self.concepts), "hops": self.hops, "via": list(self.via)}
+
+
+@dataclass(frozen=True, slots=True)
+class LegHit:
+    """One entry of one leg's ranked list, before fusion."""
+
+    ordinal: int
+    """Internal row number of the chunk in this index release."""
+    score: float
+    trail: GraphTrail | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """A fused, deduplicated search result with its full provenance."""
+
+    chunk_id: str
+    doc_id: str
+    title: str
+    text: str
+    score: float
+    metadata: dict[str, JSONValue]
+    contributions: tuple[Contribution, ...]
+    graph: GraphTrail | None = None
+    heading_path: tuple[str, ...] = ()
+    content_hash: str = ""
+    duplicates: tuple[str, ...] = ()
+    """Chunk ids with the same content hash that were folded into this hit."""
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {
+            "chunk_id": self.chunk_id,
+            "doc_id": self.doc_id,
+            "title": self.title,
+            "text": self.text,
+            "score": self.score,
+            "metadata": self.metadata,
+            "heading_path": list(self.heading_path),
+            "contributions": [c.to_dict() for c in self.contributions],
+            "graph": None if self.graph is None else self.graph.to_dict(),
+            "duplicates": list(self.duplicates),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Which legs run and with what weight, and the query features that chose them."""
+
+    legs: dict[str, float]
+    features: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {"legs": dict(self.legs), "features": list(self.features)}
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """What :meth:`clew.Engine.search` always returns."""
+
+    query: str
+    route: Route
+    hits: tuple[Hit, ...]
+    release: int
+    timings_ms: dict[str, float]
+    filter: dict[str, JSONValue] | None = None
+    preset: str = "default"
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {
+            "query": self.query,
+            "preset": self.preset,
+            "filter": self.filter,
+            "route": self.route.to_dict(),
+            "hits": [h.to_dict() for h in self.hits],
+            "release": self.release,
+            "timings_ms": dict(self.timings_ms),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class IngestReport:
+    """What an ingest did, document by document."""
+
+    added: tuple[str, ...]
+    updated: tuple[str, ...]
+    unchanged: tuple[str, ...]
+    chunks_written: int
+    release: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {
+            "added": list(self.added),
+            "updated": list(self.updated),
+            "unchanged": list(self.unchanged),
+            "chunks_written": self.chunks_written,
+            "release": self.release,
+            "seconds": self.seconds,
+        }

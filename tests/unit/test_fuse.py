@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import pytest
+
+from clew.retrieve.fuse import Fused, dedup, rrf
+from clew.types import LegHit
+
+
+def ids(o: int) -> str:
+    return f"c{o:03d}"
+
+
+def test_rrf_hand_computed() -> None:
+    fused = rrf(
+        {"lexical": [LegHit(1, 9.0)], "dense": [LegHit(2, 0.5), LegHit(1, 0.4)]},
+        {"lexical": 1.0, "dense": 1.0},
+        60,
+        ids,
+    )
+    top = fused[0]
+    assert top.ordinal == 1
+    assert top.score == pytest.approx(1 / 61 + 1 / 62)
+    assert top.score == pytest.approx(0.032522474, abs=1e-9)
+    parts = {c.leg: (c.rank, c.raw_score, c.fused_part) for c in top.contributions}
+    assert parts == {
+        "lexical": (1, 9.0, pytest.approx(1 / 61)),
+        "dense": (2, 0.4, pytest.approx(1 / 62)),
+    }
+
+
+def test_weights_scale_parts_and_zero_weight_leg_is_ignored() -> None:
+    fused = rrf(
+        {"lexical": [LegHit(1, 1.0)], "graph": [LegHit(2, 1.0)]},
+        {"lexical": 2.0, "graph": 0.0},
+        60,
+        ids,
+    )
+    assert [f.ordinal for f in fused] == [1]
+    assert fused[0].score == pytest.approx(2 / 61)
+
+
+def test_ties_break_by_best_rank_then_legs_then_id() -> None:
+    # 5: ranks (1) in one leg = 1/61; 3 and 4: same score, same rank, same legs -> id order
+    lists = {"lexical": [LegHit(5, 1.0), LegHit(4, 1.0)], "dense": [LegHit(3, 1.0)]}
+    fused = rrf(lists, {"lexical": 1.0, "dense": 1.0}, 60, ids)
+    assert [f.ordinal for f in fused] == [3, 5, 4]
+    # equal score: the hit with the better best rank wins over more legs
+    lists2 = {
+        "a": [LegHit(1, 1.0)],
+        "b": [LegHit(9, 1.0), LegHit(2, 1.0)],
+        "c": [LegHit(8, 1.0), LegHit(7, 1.0), LegHit(6, 1.0), LegHit(2, 1.0)],
+    }
+    # k = 0 and binary fractions: 0.75 == 1/2 + 1/4 exactly
+    fused2 = rrf(lists2, {"a": 0.75, "b": 1.0, "c": 1.0}, 0, ids)
+    by = {f.ordinal: f for f in fused2}
+    assert by[1].score == by[2].score == 0.75
+    assert [f.ordinal for f in fused2].index(1) < [f.ordinal for f in fused2].index(2)
+
+
+def test_rrf_is_deterministic() -> None:
+    lists = {
+        "lexical": [LegHit(i, 10 - i) for i in range(10)],
+        "dense": [LegHit(i, 1.0) for i in reversed(range(10))],
+    }
+    a = rrf(lists, {"lexical": 1.0, "dense": 1.0}, 60, ids)
+    b = rrf(dict(reversed(list(lists.items()))), {"dense": 1.0, "lexical": 1.0}, 60, ids)
+    assert a == b
+
+
+def test_dedup_folds_same_content_into_best() -> None:
+    fused = [Fused(1, 0.3, (), None), Fused(2, 0.2, (), None), Fused(3, 0.1, (), None)]
+    out = dedup(fused, {1: "h1", 2: "h1", 3: "h3"}.__getitem__)
+    assert [f.ordinal for f in out] == [1, 3]
+    assert out[0].duplicates == (2,)
