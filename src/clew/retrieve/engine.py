@@ -90,6 +90,7 @@ class Engine:
         self.config = config or EngineConfig()
         self.store = SQLiteStore(self.directory, create=create)
         self._encoder = encoder
+        self._injected_encoder = encoder is not None
         self._extractor = extractor
         self._snapshot: _Snapshot | None = None
         self._sync_lock = threading.Lock()
@@ -135,11 +136,10 @@ class Engine:
         return self._extractor
 
     def _encoder_name(self) -> str:
-        return (
-            str(getattr(self._encoder, "name", None) or self.config.embedder.model)
-            if self._encoder is not None
-            else self.config.embedder.model
-        )
+        """What the index records as its embedder: the model spec, or an injected encoder's name."""
+        if self._injected_encoder:
+            return str(getattr(self._encoder, "name", None) or type(self._encoder).__name__)
+        return self.config.embedder.model
 
     def _ingest_meta(self) -> dict[str, str]:
         enc = self.encoder
@@ -157,7 +157,11 @@ class Engine:
         if stored is None:
             return
         wanted = self._encoder_name()
-        if self._encoder is None and self.config.embedder.model == "minilm" and stored != wanted:
+        if (
+            not self._injected_encoder
+            and self.config.embedder.model == "minilm"
+            and stored != wanted
+        ):
             # an index built with another model: use that model for queries
             from dataclasses import replace
 

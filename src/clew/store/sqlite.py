@@ -329,14 +329,14 @@ class SQLiteStore:
 
     def iter_tokens(self, after: int) -> Iterator[tuple[int, tuple[str, ...]]]:
         cur = self._conn().execute(
-            "SELECT ordinal, tokens FROM chunks WHERE ordinal > ? ORDER BY ordinal", (after,)
+            "SELECT ordinal, tokens FROM chunks WHERE ordinal > ? ORDER BY ordinal", (int(after),)
         )
         for ordinal, tokens in cur:
             yield int(ordinal), tuple(tokens.split())
 
     def iter_vectors(self, after: int) -> Iterator[tuple[int, Matrix]]:
         cur = self._conn().execute(
-            "SELECT ordinal, vector FROM chunks WHERE ordinal > ? ORDER BY ordinal", (after,)
+            "SELECT ordinal, vector FROM chunks WHERE ordinal > ? ORDER BY ordinal", (int(after),)
         )
         for ordinal, blob in cur:
             yield int(ordinal), np.frombuffer(blob, dtype=np.float32)
@@ -344,7 +344,7 @@ class SQLiteStore:
     def fetch(self, ordinals: Sequence[int]) -> dict[int, ChunkRow]:
         out: dict[int, ChunkRow] = {}
         conn = self._conn()
-        for part in _batches(list(ordinals), 500):
+        for part in _batches([int(o) for o in ordinals], 500):
             marks = ",".join("?" * len(part))
             for row in conn.execute(
                 "SELECT c.ordinal, c.chunk_id, c.doc_id, d.title, c.text, c.content_hash, "
