@@ -13,9 +13,9 @@ that leads to a visible one: the access mask applies to every node the walk reac
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
-import pickle
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -65,7 +65,7 @@ class GraphIndex:
         self.doc_links: dict[str, list[str]] = {}
         self.next_chunk: dict[int, int] = {}
         self.n_chunks = 0
-        self._fuzzy: dict[str, list[int]] = {}
+        self._fuzzy_index: dict[str, list[int]] | None = None
         self.max_words = 1
 
     # -- building ---------------------------------------------------------------------------
@@ -107,11 +107,18 @@ class GraphIndex:
                 g.next_chunk[a] = b
         g.doc_links = _resolve_links(rows.links, set(by_doc))
         g.pagerank_chunk, g.pagerank_concept = _pagerank(g, by_doc, size)
-        for r, key in enumerate(g.keys):
-            if g.kinds[r] != "identifier" and len(key) >= 5:
-                for variant in (key, *_deletions(key)):
-                    g._fuzzy.setdefault(variant, []).append(r)
         return g
+
+    def _fuzzy(self) -> dict[str, list[int]]:
+        """One-deletion neighbourhood of every non-identifier key (built on first use)."""
+        if self._fuzzy_index is None:
+            index: dict[str, list[int]] = {}
+            for r, key in enumerate(self.keys):
+                if self.kinds[r] != "identifier" and len(key) >= 5:
+                    for variant in (key, *_deletions(key)):
+                        index.setdefault(variant, []).append(r)
+            self._fuzzy_index = index
+        return self._fuzzy_index
 
     # -- linking ----------------------------------------------------------------------------
 
@@ -152,7 +159,7 @@ class GraphIndex:
                 if len(key) < 5:
                     continue
                 for variant in (key, *_deletions(key)):
-                    for row in self._fuzzy.get(variant, ()):
+                    for row in self._fuzzy().get(variant, ()):
                         if _edit_distance_le1(key, self.keys[row]):
                             add(row, "fuzzy")
         return sorted(found.values(), key=lambda c: (-c.weight, c.key))
@@ -179,7 +186,7 @@ class GraphIndex:
         seeds = np.zeros(len(self.keys))
         for c in linked:
             seeds[self.key_to_row[c.key]] = c.weight
-        hop1 = np.asarray(self.mentions.T @ seeds).ravel()
+        hop1 = self._spread(seeds)
         hop1[~allow] = 0.0
         scores = hop1.copy()
         via: dict[int, list[int]] = {}
@@ -200,7 +207,7 @@ class GraphIndex:
                 if len(keep):
                     rel = np.zeros(len(self.keys))
                     rel[keep] = related[keep] / related[keep].max() * max(seeds)
-                    hop2 = np.asarray(self.mentions.T @ rel).ravel() * config.hop_penalty
+                    hop2 = self._spread(rel) * config.hop_penalty
                     hop2[~allow] = 0.0
                     scores = np.maximum(hop1, hop2) + 0.1 * np.minimum(hop1, hop2)
                     for r in keep:
@@ -214,8 +221,9 @@ class GraphIndex:
         seed_rows = {self.key_to_row[c.key] for c in linked}
         out = []
         for h in hits:
-            col = self.mentions_csc[:, h.ordinal]
-            rows_here = set(col.indices.tolist())
+            csc = self.mentions_csc
+            a, b = csc.indptr[h.ordinal], csc.indptr[h.ordinal + 1]
+            rows_here = set(csc.indices[a:b].tolist())
             direct = sorted(self.keys[r] for r in rows_here & seed_rows)
             if direct:
                 trail = GraphTrail(concepts=tuple(direct), hops=1)
@@ -227,25 +235,76 @@ class GraphIndex:
             out.append(LegHit(h.ordinal, h.score, trail))
         return out
 
+    def _spread(self, weights: Vector) -> Vector:
+        """Chunk scores: sum over concepts of weight × MENTIONS edge weight (non-zero rows only)."""
+        rows = np.flatnonzero(weights)
+        out = np.zeros(self.mentions.shape[1])
+        if len(rows):
+            out = np.asarray(self.mentions[rows].T @ weights[rows]).ravel()
+        return out
+
     # -- persistence ------------------------------------------------------------------------
 
     def save(self, directory: Path) -> None:
-        tmp = directory / f"graph.tmp{os.getpid()}"
-        with tmp.open("wb") as fh:
-            pickle.dump((FORMAT, self), fh, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, directory / "graph.pickle")
+        """Arrays to ``graph.npz``, names and maps to ``graph.json`` (no pickle: safe to load)."""
+        m = self.mentions
+        tmp = directory / f"graph.tmp{os.getpid()}.npz"
+        np.savez(
+            tmp,
+            data=m.data,
+            indices=m.indices,
+            indptr=m.indptr,
+            shape=np.array(m.shape),
+            df=self.df,
+            pr_chunk=self.pagerank_chunk,
+            pr_concept=self.pagerank_concept,
+        )
+        meta = {
+            "format": FORMAT,
+            "release": self.release,
+            "keys": self.keys,
+            "labels": self.labels,
+            "kinds": self.kinds,
+            "concept_ids": self.concept_ids,
+            "n_chunks": self.n_chunks,
+            "max_words": self.max_words,
+            "doc_links": self.doc_links,
+            "chunk_doc": [[o, d] for o, d in self.chunk_doc.items()],
+            "next_chunk": [[a, b] for a, b in self.next_chunk.items()],
+        }
+        tmp_j = directory / f"graph.tmp{os.getpid()}.json"
+        tmp_j.write_text(json.dumps(meta), encoding="utf-8")
+        os.replace(tmp, directory / "graph.npz")
+        os.replace(tmp_j, directory / "graph.json")
 
     @classmethod
     def load(cls, directory: Path) -> GraphIndex | None:
-        path = directory / "graph.pickle"
-        if not path.exists():
-            return None
         try:
-            with path.open("rb") as fh:
-                fmt, g = pickle.load(fh)
-        except Exception:
+            meta = json.loads((directory / "graph.json").read_text(encoding="utf-8"))
+            arrays = np.load(directory / "graph.npz")
+        except (OSError, ValueError):
             return None
-        return g if fmt == FORMAT and isinstance(g, GraphIndex) else None
+        if meta.get("format") != FORMAT:
+            return None
+        g = cls()
+        g.release = int(meta["release"])
+        g.keys, g.labels, g.kinds = meta["keys"], meta["labels"], meta["kinds"]
+        g.concept_ids = meta["concept_ids"]
+        g.key_to_row = {k: i for i, k in enumerate(g.keys)}
+        g.n_chunks, g.max_words = int(meta["n_chunks"]), int(meta["max_words"])
+        g.doc_links = meta["doc_links"]
+        g.chunk_doc = {int(o): d for o, d in meta["chunk_doc"]}
+        g.next_chunk = {int(a): int(b) for a, b in meta["next_chunk"]}
+        shape = (int(arrays["shape"][0]), int(arrays["shape"][1]))
+        g.mentions = sp.csr_matrix(
+            (arrays["data"], arrays["indices"], arrays["indptr"]), shape=shape
+        )
+        g.mentions_csc = g.mentions.tocsc()
+        g.df = arrays["df"]
+        g.pagerank_chunk, g.pagerank_concept = arrays["pr_chunk"], arrays["pr_concept"]
+        if len(g.keys) != shape[0] or len(g.df) != shape[0]:
+            return None
+        return g
 
 
 def _resolve_links(links: Sequence[tuple[str, str]], doc_ids: set[str]) -> dict[str, list[str]]:
