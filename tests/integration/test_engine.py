@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -222,3 +224,49 @@ def test_live_mask_matches_store(fake_engine: Engine) -> None:
     ingest(fake_engine)
     snap = fake_engine._snap()
     assert np.flatnonzero(snap.live).tolist() == fake_engine.store.live_ordinals().tolist()
+
+
+class _FailingEncoder(FakeHashEncoder):
+    """FAKE encoder that fails on its second call, to simulate a crash mid-ingest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def encode(self, texts: Sequence[str]) -> Any:
+        self.calls += 1
+        if self.calls == 2:
+            raise RuntimeError("simulated failure in the second batch")
+        return super().encode(texts)
+
+
+def test_failure_mid_ingest_keeps_committed_batches_only(tmp_path: Path) -> None:
+    enc = _FailingEncoder()
+    engine = Engine(
+        tmp_path / "i",
+        create=True,
+        encoder=enc,
+        extractor=ConceptExtractor(ConceptConfig(spacy=False)),
+    )
+    many = [
+        Document(f"d{i}", f"Doc {i}", f"ERR-{1000 + i} " + "filler text " * 4000, f"d{i}")
+        for i in range(12)
+    ]
+    with pytest.raises(RuntimeError, match="second batch"):
+        engine.ingest(many)
+    committed = set(engine.store.doc_hashes([d.doc_id for d in many]))
+    assert 0 < len(committed) < len(many)
+    engine.refresh()
+    for doc_id in committed:
+        n = int(doc_id[1:])
+        hits = engine.search(f"ERR-{1000 + n}", preset="lexical", k=1).hits
+        assert hits and hits[0].doc_id == doc_id
+    missing = next(d for d in many if d.doc_id not in committed)
+    n = int(missing.doc_id[1:])
+    assert all(h.doc_id != missing.doc_id for h in engine.search(f"ERR-{1000 + n}", k=50).hits)
+    # the next ingest completes the rest; nothing is duplicated
+    engine._encoder = FakeHashEncoder()
+    report = engine.ingest(many)
+    assert set(report.added) == {d.doc_id for d in many} - committed
+    assert engine.store.counts()["documents"] == len(many)
+    engine.close()

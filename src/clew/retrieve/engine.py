@@ -198,10 +198,12 @@ class Engine:
             extractor=self.extractor,
             fingerprint=json.dumps(meta, sort_keys=True),
         )
-        report = ingest(docs, self.store, ctx, progress=progress)
         if any(stored[k] != meta[k] for k in _INGEST_META):
-            self.store.set_meta(meta)
-        self.refresh()
+            self.store.set_meta(meta)  # before the first batch: it describes what is written
+        try:
+            report = ingest(docs, self.store, ctx, progress=progress)
+        finally:
+            self.refresh()
         return report
 
     def delete(self, doc_ids: str | Sequence[str]) -> int:
