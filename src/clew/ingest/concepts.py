@@ -44,6 +44,8 @@ _ENTITY_LABELS = frozenset(
         "LANGUAGE",
     }
 )
+_PHRASE_POS = frozenset({"ADJ", "NOUN", "PROPN"})
+_HEAD_POS = frozenset({"NOUN", "PROPN"})
 _FILE_LIKE = re.compile(r"\.(md|txt|html?|json|jsonl|ya?ml|py|sh)$", re.IGNORECASE)
 
 
@@ -60,6 +62,32 @@ def find_identifiers(text: str) -> list[str]:
     return out
 
 
+def noun_phrases(doc: Any, max_words: int) -> list[str]:
+    """Noun phrases from part-of-speech runs: (ADJ|NOUN|PROPN)* ending in a noun.
+
+    A tagger-only stand-in for spaCy's parser-based ``noun_chunks``: the parser and its cost
+    (a sixth of the pipeline) are not loaded. Runs longer than ``max_words`` keep their tail
+    (the head noun and its nearest modifiers).
+    """
+    out: list[str] = []
+    run: list[Any] = []
+
+    def close() -> None:
+        while run and run[-1].pos_ not in _HEAD_POS:
+            run.pop()
+        if run:
+            out.append(" ".join(t.text for t in run[-max_words:]))
+        run.clear()
+
+    for tok in doc:
+        if tok.pos_ in _PHRASE_POS and not tok.is_punct and not tok.like_url:
+            run.append(tok)
+        else:
+            close()
+    close()
+    return out
+
+
 class ConceptExtractor:
     """Extracts concept mentions from chunk texts, in batches."""
 
@@ -70,7 +98,7 @@ class ConceptExtractor:
 
     @property
     def version(self) -> str:
-        return f"concepts/1+{SPACY_MODEL}" if self.config.spacy else "concepts/1"
+        return f"concepts/2+{SPACY_MODEL}" if self.config.spacy else "concepts/2"
 
     def _pipeline(self) -> Any:
         with self._lock:
@@ -92,12 +120,7 @@ class ConceptExtractor:
                 for ent in doc.ents:
                     if ent.label_ in _ENTITY_LABELS:
                         self._add(found[i], ent.text, "entity", identifiers)
-                for np_ in doc.noun_chunks:
-                    tokens = [t for t in np_ if not (t.is_punct or t.pos_ in {"DET", "PRON"})]
-                    if not tokens:
-                        continue
-                    tokens = tokens[-self.config.max_phrase_words :]
-                    surface = " ".join(t.text for t in tokens)
+                for surface in noun_phrases(doc, self.config.max_phrase_words):
                     self._add(found[i], surface, "phrase", identifiers)
         return [_count(items) for items in found]
 
@@ -130,12 +153,13 @@ _SPACY_CACHE: dict[str, Any] = {}
 
 
 def load_spacy() -> Any:
-    """The packaged English pipeline (no lemmatizer: keys fold plurals themselves)."""
+    """The packaged English pipeline without lemmatizer (keys fold plurals themselves) and
+    parser (noun phrases come from part-of-speech runs)."""
     if SPACY_MODEL not in _SPACY_CACHE:
         try:
             import spacy
 
-            nlp = spacy.load(SPACY_MODEL, exclude=["lemmatizer"])
+            nlp = spacy.load(SPACY_MODEL, exclude=["lemmatizer", "parser"])
         except (ImportError, OSError) as exc:
             raise ModelError(
                 f"cannot load spaCy pipeline {SPACY_MODEL!r}: {exc}; "

@@ -13,6 +13,7 @@ import hashlib
 import json
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -62,8 +63,11 @@ def build_records(docs: Sequence[Document], ctx: IngestContext) -> list[Document
         for c in chunks:
             texts.append(embedding_text(doc.title, c.heading_path, c.text))
             concept_texts.append(f"{doc.title}\n{c.text}" if c.seq == 0 else c.text)
-    vectors = ctx.encoder.encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)
-    mentions = ctx.extractor.extract(concept_texts)
+    # spaCy runs in a second thread while onnxruntime embeds: both release the GIL
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="clew-concepts") as pool:
+        pending = pool.submit(ctx.extractor.extract, concept_texts)
+        vectors = ctx.encoder.encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)
+        mentions = pending.result()
     records: list[DocumentRecord] = []
     pos = 0
     for doc, chunks in zip(docs, chunked, strict=True):
