@@ -7,7 +7,7 @@ INDEX ?= .demo-index
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test check lint typecheck format bench clean
+.PHONY: install demo test check lint typecheck format bench eval clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) (Python >= 3.11)"; exit 1; }
@@ -46,6 +46,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/embedder.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/search.py
+
+# Quality on ../shared/data (ablations, oracle, gates in eval/gates.yaml) -> bench/results/quality.md
+eval: $(STAMP)
+	$(BIN)/python bench/quality.py
 
 clean:
 	rm -rf $(INDEX) bench/.work .pytest_cache .mypy_cache .ruff_cache

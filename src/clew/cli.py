@@ -47,6 +47,36 @@ def _parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("stats", help="index counts and versions")
     common(st)
+
+    ev = sub.add_parser("eval", help="evaluate on a BEIR-layout dataset")
+    ev.add_argument(
+        "--dataset",
+        required=True,
+        help="directory with corpus.jsonl, queries.jsonl, qrels/<split>.tsv",
+    )
+    ev.add_argument(
+        "--index", help="index directory (default: a cache keyed by corpus and ingest settings)"
+    )
+    ev.add_argument("--config", help="YAML config file (sections of EngineConfig)")
+    ev.add_argument(
+        "--preset",
+        action="append",
+        choices=sorted(PRESETS),
+        default=[],
+        help="preset to evaluate (repeatable; default: default)",
+    )
+    ev.add_argument(
+        "--ablate",
+        action="store_true",
+        help="lexical, dense, graph alone, hybrid RRF, hybrid + graph",
+    )
+    ev.add_argument("--split", default="test")
+    ev.add_argument("--k", type=int, default=10, help="cut-off for context tokens (default 10)")
+    ev.add_argument("--limit", type=int, default=None, help="evaluate the first N queries only")
+    ev.add_argument("--run-out", help="write a TREC run file (one per config when several)")
+    ev.add_argument("--json", action="store_true", help="print the full result object")
+    ev.add_argument("--gate", help="YAML file of per-dataset, per-slice thresholds")
+    ev.add_argument("--no-progress", action="store_true")
     return p
 
 
@@ -73,6 +103,8 @@ def _config(args: argparse.Namespace) -> EngineConfig:
 def _run(args: argparse.Namespace) -> int:
     from clew.retrieve.engine import Engine
 
+    if args.command == "eval":
+        return _eval(args)
     config = _config(args)
     if args.command == "ingest":
         with Engine(args.index, config, create=True) as engine:
@@ -98,6 +130,47 @@ def _run(args: argparse.Namespace) -> int:
             print(f"deleted {len(args.doc_ids)} document(s); release {release}")
         elif args.command == "stats":
             print(json.dumps(engine.stats(), indent=2))
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from clew.eval.datasets import load_dataset
+    from clew.eval.gate import check_gates, load_gates
+    from clew.eval.runner import configs_for, format_table, run_eval, write_trec_run
+
+    dataset = load_dataset(args.dataset, args.split)
+    if args.limit is not None:
+        if args.limit < 1:
+            raise ClewError(f"--limit {args.limit} is invalid; allowed: >= 1")
+        dataset = dataset.subset(args.limit)
+    gates = load_gates(args.gate) if args.gate else ()
+    base = EngineConfig.from_yaml(args.config) if args.config else None
+    configs = configs_for(args.preset, args.ablate, base)
+    result = run_eval(dataset, configs, index=args.index, k=args.k, progress=not args.no_progress)
+    if args.run_out:
+        out = Path(args.run_out)
+        for run in result.runs:
+            target = (
+                out
+                if len(result.runs) == 1
+                else out.with_name(f"{out.stem}.{run.name}{out.suffix}")
+            )
+            write_trec_run(target, run)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(format_table(result))
+    if gates:
+        primary = "default" if args.ablate else configs[0][0]
+        reasons = check_gates(gates, result.dataset, result.table(), config=primary)
+        if reasons:
+            print(f"gate FAILED for {result.dataset} ({len(reasons)}):", file=sys.stderr)
+            for reason in reasons:
+                print(f"  - {reason}", file=sys.stderr)
+            return 1
+        print(f"gate passed for {result.dataset}", file=sys.stderr)
     return 0
 
 

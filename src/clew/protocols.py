@@ -57,6 +57,7 @@ class ChunkRow:
     content_hash: str
     heading_path: tuple[str, ...]
     metadata: dict[str, Any]
+    token_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,6 +129,8 @@ class Hit:
     content_hash: str = ""
     duplicates: tuple[str, ...] = ()
     """Chunk ids with the same content hash that were folded into this hit."""
+    token_count: int = 0
+    """Embedding-tokenizer tokens of the chunk as embedded (title and headings included)."""
 
     def to_dict(self) -> dict[str, JSONValue]:
         return {
@@ -142,6 +144,7 @@ class Hit:
             "contributions": [c.to_dict() for c in self.contributions],
             "graph": None if self.graph is None else self.graph.to_dict(),
             "duplicates": list(self.duplicates),
+            "token_count": self.token_count,
         }
 
 

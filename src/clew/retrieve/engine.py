@@ -414,6 +414,7 @@ def _hit(f: Fused, rows: Mapping[int, ChunkRow]) -> Hit:
         contributions=f.contributions,
         graph=f.trail,
         heading_path=row.heading_path,
+        token_count=row.token_count,
         content_hash=row.content_hash,
         duplicates=tuple(rows[o].chunk_id for o in f.duplicates),
     )

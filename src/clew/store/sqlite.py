@@ -348,8 +348,8 @@ class SQLiteStore:
             marks = ",".join("?" * len(part))
             for row in conn.execute(
                 "SELECT c.ordinal, c.chunk_id, c.doc_id, d.title, c.text, c.content_hash, "
-                f"c.heading_path, d.metadata FROM chunks c JOIN documents d USING (doc_id) "
-                f"WHERE c.ordinal IN ({marks})",
+                "c.heading_path, d.metadata, c.token_count FROM chunks c JOIN documents d "
+                f"USING (doc_id) WHERE c.ordinal IN ({marks})",
                 part,
             ):
                 out[int(row[0])] = ChunkRow(
@@ -361,6 +361,7 @@ class SQLiteStore:
                     content_hash=row[5],
                     heading_path=tuple(json.loads(row[6])),
                     metadata=json.loads(row[7]),
+                    token_count=int(row[8]),
                 )
         return out
 
