@@ -75,7 +75,7 @@ class GraphConfig:
     depth: int = 50
     max_hops: int = 2
     """Hops from a query concept: 1 = chunks that mention it; 2 = also via RELATED_TO concepts."""
-    hop_penalty: float = 0.5
+    hop_penalty: float = 0.3
     """Score multiplier per extra hop (a 2-hop chunk scores at most hop_penalty of a 1-hop one)."""
     pagerank_weight: float = 0.2
     related_per_concept: int = 20
@@ -109,7 +109,7 @@ class FusionConfig:
     rrf_k: int = 60
     lexical_weight: float = 1.0
     dense_weight: float = 1.0
-    graph_weight: float = 0.5
+    graph_weight: float = 0.3
     dedup: bool = True
     """Fold hits with the same content hash into one (the best-ranked keeps its id)."""
 
