@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from clew.config import PRESETS, EngineConfig, preset_config
-from clew.errors import ClewError
+from clew.errors import ClewError, ConfigError
 from clew.types import SearchResult
 
 
@@ -95,9 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _config(args: argparse.Namespace) -> EngineConfig:
-    base = EngineConfig.from_yaml(args.config) if args.config else EngineConfig()
     preset = getattr(args, "preset", None)
-    return preset_config(preset) if preset and not args.config else base
+    if preset and args.config:
+        raise ConfigError("give either --preset or --config (whose 'preset:' key picks the base)")
+    if args.config:
+        return EngineConfig.from_yaml(args.config)
+    return preset_config(preset) if preset else EngineConfig()
 
 
 def _run(args: argparse.Namespace) -> int:

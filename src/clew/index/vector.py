@@ -102,7 +102,10 @@ class VectorIndex:
         upto = min(hnsw_rows, len(allowed))
         mask[:upto] = allowed[:upto]
         params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
-        params.efSearch = max(self.config.ef_search, k)
+        allowed_share = max(float(mask.mean()), 1e-6)
+        # a filter hides part of the graph walk: widen the beam in proportion, so a filter that
+        # keeps half the chunks searches about twice as many candidates
+        params.efSearch = int(min(4096, max(self.config.ef_search, k) / allowed_share))
         if not mask.all():
             bits = np.packbits(mask, bitorder="little")
             params.sel = faiss.IDSelectorBitmap(hnsw_rows, faiss.swig_ptr(bits))
