@@ -56,8 +56,10 @@ class DenseConfig:
     hnsw_m: int = 32
     ef_construction: int = 200
     ef_search: int = 128
-    exact_max_allowed: int = 20_000
-    """A filter that allows at most this many chunks is served by an exact scan (no recall loss)."""
+    exact_max_allowed: int = 10_000
+    """With HNSW built, a filter that allows at most this many chunks is served by an exact scan
+    (no recall loss); a broader filter searches HNSW with the mask inside the walk and a beam
+    widened by 1 / allowed share."""
 
     def __post_init__(self) -> None:
         _check(1 <= self.depth <= 10_000, "dense.depth", self.depth, "1..10000")
