@@ -86,6 +86,9 @@ class GraphConfig:
     """Concepts mentioned in more than this share of chunks are hubs: no RELATED_TO edges."""
     fuzzy: bool = True
     """Link query words to concepts one edit away (never identifiers)."""
+    word_weight: float = 1.0
+    """Weight of a plain one-word phrase concept (a common noun) against identifiers, named
+    entities and multi-word phrases; 0 = never link them."""
 
     def __post_init__(self) -> None:
         _check(1 <= self.depth <= 10_000, "graph.depth", self.depth, "1..10000")
@@ -104,6 +107,7 @@ class GraphConfig:
             "1..1000",
         )
         _check(0.0 < self.hub_fraction <= 1.0, "graph.hub_fraction", self.hub_fraction, "(0, 1]")
+        _check(0.0 <= self.word_weight <= 1.0, "graph.word_weight", self.word_weight, "0.0..1.0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +115,7 @@ class FusionConfig:
     rrf_k: int = 60
     lexical_weight: float = 1.0
     dense_weight: float = 1.0
-    graph_weight: float = 0.3
+    graph_weight: float = 0.15
     dedup: bool = True
     """Fold hits with the same content hash into one (the best-ranked keeps its id)."""
 
@@ -141,6 +145,7 @@ class RouterConfig:
     identifier_lexical_boost: float = 1.5
     identifier_dense_factor: float = 0.7
     relation_graph_weight: float = 1.0
+    question_graph_weight: float = 0.3
     quoted_lexical_boost: float = 1.3
     global_graph_weight: float = 0.8
 

@@ -122,8 +122,14 @@ class GraphIndex:
 
     # -- linking ----------------------------------------------------------------------------
 
-    def link(self, query: str, *, fuzzy: bool = True) -> list[LinkedConcept]:
-        """Concepts a query names: identifiers, then word n-grams (exact key, then fuzzy)."""
+    def link(
+        self, query: str, *, fuzzy: bool = True, word_weight: float = 1.0
+    ) -> list[LinkedConcept]:
+        """Concepts a query names: identifiers, then word n-grams (exact key, then fuzzy).
+
+        Weight: idf of the concept over chunks; a plain one-word phrase concept (a common noun,
+        not an identifier or named entity) is scaled by ``word_weight``.
+        """
         found: dict[int, LinkedConcept] = {}
         n_live = max(self.n_chunks, 1)
 
@@ -131,6 +137,10 @@ class GraphIndex:
             if row in found or self.df[row] == 0:
                 return
             weight = math.log(1.0 + n_live / self.df[row])
+            if self.kinds[row] == "phrase" and " " not in self.keys[row]:
+                if word_weight <= 0:
+                    return
+                weight *= word_weight
             found[row] = LinkedConcept(
                 self.concept_ids[row], self.keys[row], self.labels[row], how, weight
             )
@@ -176,7 +186,7 @@ class GraphIndex:
     ) -> list[LegHit]:
         config = config or GraphConfig()
         if linked is None:
-            linked = self.link(query, fuzzy=config.fuzzy)
+            linked = self.link(query, fuzzy=config.fuzzy, word_weight=config.word_weight)
         size = self.mentions.shape[1]
         if not linked or size == 0:
             return []

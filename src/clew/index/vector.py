@@ -88,11 +88,9 @@ class VectorIndex:
         return self._hnsw_search(q, allowed, k)
 
     def _exact(self, q: Matrix, ids: npt.NDArray[np.int64], k: int) -> list[LegHit]:
-        if len(ids) * 3 >= len(self.matrix):
-            # most rows allowed: one contiguous matrix-vector product beats a gather
-            sims = (self.matrix @ q)[ids]
-        else:
-            sims = self.matrix[ids] @ q
+        # most rows allowed: one contiguous matrix-vector product beats a gather
+        most = len(ids) * 3 >= len(self.matrix)
+        sims = (self.matrix @ q)[ids] if most else self.matrix[ids] @ q
         scores = np.full(len(self.matrix), 0.0, dtype=np.float32)
         # cosine can be <= 0; shift into (0, 2] so top_k keeps every allowed row
         scores[ids] = sims + np.float32(1.0 + 1e-6)

@@ -318,7 +318,7 @@ class Engine:
         timings["filter"] = _ms(t)
 
         t = time.perf_counter()
-        linked = snap.graph.link(query, fuzzy=cfg.graph.fuzzy)
+        linked = snap.graph.link(query, fuzzy=cfg.graph.fuzzy, word_weight=cfg.graph.word_weight)
         chosen = route(query, len(linked), cfg.fusion, cfg.router)
         timings["route"] = _ms(t)
 

@@ -1,7 +1,8 @@
 """Deterministic router v1: query features → which legs run and with what weight.
 
-Features (each reported in the result): ``identifier`` (an error code, CamelCase, snake_case,
-UPPER_SNAKE or dotted identifier), ``entity`` (the query names a concept in the graph),
+Features (each reported in the result): ``question`` (a wh- or yes/no question: the
+entities it names are often a chain to follow), ``identifier`` (an error code, CamelCase,
+snake_case, UPPER_SNAKE or dotted identifier), ``entity`` (the query names a concept in the graph),
 ``relation`` (cues such as "what else", "caused by", "downstream of", "after"), ``global``
 ("across all", "overall"), ``quoted`` (a quoted phrase), ``no_concept`` (nothing to walk from).
 Starting from the config's fusion weights, rules only scale weights; a leg whose base weight is 0
@@ -25,6 +26,11 @@ _RELATION = re.compile(
 _GLOBAL = re.compile(
     r"\b(across all|across the|overall|in general|all (the )?\w+s\b|every)\b", re.IGNORECASE
 )
+_QUESTION = re.compile(
+    r"^\s*(who|whom|whose|what|which|when|where|why|how|is|are|was|were|do|does|did|can|could"
+    r"|has|have|had|will|would|should)\b|\?\s*$",
+    re.IGNORECASE,
+)
 _QUOTED = re.compile(r"\"[^\"]{2,}\"|“[^”]{2,}”")
 
 
@@ -42,6 +48,8 @@ def query_features(query: str, linked_concepts: int) -> list[str]:
         features.append("global")
     if _QUOTED.search(query):
         features.append("quoted")
+    if _QUESTION.search(query):
+        features.append("question")
     return features
 
 
@@ -56,6 +64,8 @@ def route(query: str, linked_concepts: int, fusion: FusionConfig, router: Router
         if "quoted" in features:
             weights["lexical"] *= router.quoted_lexical_boost
         if "entity" in features and base["graph"] > 0:
+            if "question" in features:
+                weights["graph"] = max(weights["graph"], router.question_graph_weight)
             if "relation" in features:
                 weights["graph"] = max(weights["graph"], router.relation_graph_weight)
             if "global" in features:
