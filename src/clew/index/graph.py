@@ -216,7 +216,7 @@ class GraphIndex:
                     keep = keep[order]
                 if len(keep):
                     rel = np.zeros(len(self.keys))
-                    rel[keep] = related[keep] / related[keep].max() * max(seeds)
+                    rel[keep] = related[keep] / related[keep].max() * float(seeds.max())
                     hop2 = self._spread(rel) * config.hop_penalty
                     hop2[~allow] = 0.0
                     scores = np.maximum(hop1, hop2) + 0.1 * np.minimum(hop1, hop2)

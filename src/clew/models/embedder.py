@@ -83,6 +83,8 @@ class OnnxEncoder:
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
+        # idle intra-op threads would otherwise spin after each run and starve the other legs
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self._session = ort.InferenceSession(
                 str(files.onnx_path), options, providers=["CPUExecutionProvider"]
