@@ -28,11 +28,14 @@ def mini_scifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     corpus = [json.loads(x) for x in (SCIFACT / "corpus.jsonl").read_text().splitlines()]
     others = [d for d in corpus if d["_id"] not in keep_docs][:200]
     chosen = [d for d in corpus if d["_id"] in keep_docs] + others
+    for i, d in enumerate(chosen):
+        d["metadata"] = {"shard": "a" if i % 2 == 0 else "b"}
     (root / "corpus.jsonl").write_text("\n".join(json.dumps(d) for d in chosen) + "\n")
     queries = [json.loads(x) for x in (SCIFACT / "queries.jsonl").read_text().splitlines()]
     wanted = [q for q in queries if q["_id"] in set(qids)]
     for i, q in enumerate(wanted):
         q["slice"] = "even" if i % 2 == 0 else "odd"
+    wanted[0]["filter"] = {"shard": "a"}  # a per-query access filter
     (root / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in wanted) + "\n")
     (root / "qrels").mkdir()
     rows = ["query-id\tcorpus-id\tscore"] + [f"{q}\t{d}\t1" for q in qids for d in by_query[q]]
@@ -91,8 +94,14 @@ def test_ablation_json_run_file_and_gates(
     assert "gate passed" in err
     runs = sorted(p.name for p in tmp_path.glob("run.*.txt"))
     assert runs == [f"run.{n}.txt" for n in sorted(names)]
-    first = (tmp_path / "run.default.txt").read_text().splitlines()[0].split()
+    lines = [x.split() for x in (tmp_path / "run.default.txt").read_text().splitlines()]
+    first = lines[0]
     assert len(first) == 6 and first[1] == "Q0" and first[3] == "1"
+    corpus = [json.loads(x) for x in (mini_scifact / "corpus.jsonl").read_text().splitlines()]
+    shard = {d["_id"]: d["metadata"]["shard"] for d in corpus}
+    filtered_qid = json.loads((mini_scifact / "queries.jsonl").read_text().splitlines()[0])["_id"]
+    docs = [row[2] for row in lines if row[0] == filtered_qid]
+    assert docs and {shard[d] for d in docs} == {"a"}
 
 
 def test_gate_failure_exits_non_zero_with_reasons(
