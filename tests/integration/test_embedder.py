@@ -62,3 +62,20 @@ def test_bad_model_names_are_clear() -> None:
 def test_directory_without_model_files(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="is not a model directory"):
         resolve_model(str(tmp_path))
+
+
+def test_index_remembers_its_model_however_it_was_given(sample_index: Path, tmp_path: Path) -> None:
+    from clew import Document, Engine
+    from clew.errors import ConfigError
+    from clew.testing.fakes import FakeHashEncoder
+
+    # built from the default config, queried with the same model passed in
+    with Engine(sample_index, encoder=load_encoder()) as engine:
+        assert engine.search("ERR-4413", k=1).hits
+    with pytest.raises(ConfigError, match="was built with embedder 'minilm'"):
+        Engine(sample_index, encoder=FakeHashEncoder())
+    # built with the model passed in, reopened from the default config
+    with Engine(tmp_path / "i", create=True, encoder=load_encoder()) as engine:
+        engine.ingest([Document("d", "D", "ERR-7001 means the vault is sealed.", "d")])
+    with Engine(tmp_path / "i") as engine:
+        assert engine.search("vault sealed", preset="dense", k=1).hits[0].doc_id == "d"

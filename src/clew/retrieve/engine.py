@@ -15,13 +15,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from clew.config import EngineConfig, preset_config
+from clew.config import EmbedderConfig, EngineConfig, preset_config
 from clew.errors import ConfigError, QueryError, StoreError
 from clew.filters import Mask, MetadataColumns, parse_filter, to_json
 from clew.index.graph import GraphIndex
@@ -153,18 +153,29 @@ class Engine:
         }
 
     def _check_ingest_meta(self) -> None:
+        """Queries must be embedded by the model the index was built with."""
         stored = self.store.get_meta("embedder")
         if stored is None:
             return
-        wanted = self._encoder_name()
-        if (
-            not self._injected_encoder
-            and self.config.embedder.model == "minilm"
-            and stored != wanted
-        ):
-            # an index built with another model: use that model for queries
-            from dataclasses import replace
-
+        stored_version = self.store.get_meta("embedder_version") or ""
+        if self._injected_encoder:
+            version = str(getattr(self._encoder, "version", "") or "")
+            same = (
+                (version == stored_version)
+                if version and stored_version
+                else (self._encoder_name() == stored)
+            )
+            if not same:
+                raise ConfigError(
+                    f"index at {str(self.directory)!r} was built with embedder {stored!r} "
+                    f"(version {stored_version or '?'}); the given encoder is "
+                    f"{self._encoder_name()!r} (version {version or '?'}). Re-ingest into a new "
+                    "index to change models"
+                )
+            return
+        wanted = self.config.embedder.model
+        if wanted == EmbedderConfig().model and stored != wanted:
+            # default config on an index built with another model: query with that model
             self.config = replace(self.config, embedder=replace(self.config.embedder, model=stored))
         elif stored != wanted:
             raise ConfigError(
