@@ -56,7 +56,7 @@ class DenseConfig:
     hnsw_m: int = 32
     ef_construction: int = 200
     ef_search: int = 128
-    exact_max_allowed: int = 10_000
+    exact_max_allowed: int = 20_000
     """With HNSW built, a filter that allows at most this many chunks is served by an exact scan
     (no recall loss); a broader filter searches HNSW with the mask inside the walk and a beam
     widened by 1 / allowed share."""

@@ -2,7 +2,7 @@
 
 Filter-aware without silent recall loss: when the access mask allows at most
 ``exact_max_allowed`` chunks, the allowed rows are scanned exactly; otherwise HNSW searches with
-the mask as an ID selector inside the graph walk. ``bench/dense.py`` measures HNSW recall against
+the mask as an ID selector inside the graph walk. ``bench/search.py`` measures HNSW recall against
 exact search, with and without filters.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ class VectorIndex:
         self.model = ""
         self.hnsw: Any = None
         self._hnsw_rows = 0
+        self._gathers: dict[int, tuple[weakref.ref[Mask], npt.NDArray[np.int64], Matrix | None]]
+        self._gathers = {}
 
     def add(self, rows: Iterable[tuple[int, Matrix]]) -> int:
         items = list(rows)
@@ -53,6 +56,7 @@ class VectorIndex:
             self.matrix = grown
         for ordinal, vec in items:
             self.matrix[ordinal] = vec
+        self._gathers.clear()
         self.count += len(items)
         self.last_ordinal = max(self.last_ordinal, top)
         self._maybe_hnsw()
@@ -78,23 +82,37 @@ class VectorIndex:
 
     def search(self, vector: Matrix, allowed: Mask, k: int) -> list[LegHit]:
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
-        n = min(len(allowed), len(self.matrix))
-        allowed = allowed[:n]
-        ids = np.flatnonzero(allowed)
+        ids, rows = self._allowed_rows(allowed)
         if len(ids) == 0:
             return []
         if self.hnsw is None or len(ids) <= self.config.exact_max_allowed:
-            return self._exact(q, ids, k)
+            sims = (self.matrix @ q)[ids] if rows is None else rows @ q
+            scores = np.zeros(len(self.matrix), dtype=np.float32)
+            # cosine can be <= 0; shift into (0, 2] so top_k keeps every allowed row
+            scores[ids] = sims + np.float32(1.0 + 1e-6)
+            return [LegHit(h.ordinal, h.score - (1.0 + 1e-6)) for h in top_k(scores, k)]
         return self._hnsw_search(q, allowed, k)
 
-    def _exact(self, q: Matrix, ids: npt.NDArray[np.int64], k: int) -> list[LegHit]:
-        # most rows allowed: one contiguous matrix-vector product beats a gather
-        most = len(ids) * 3 >= len(self.matrix)
-        sims = (self.matrix @ q)[ids] if most else self.matrix[ids] @ q
-        scores = np.full(len(self.matrix), 0.0, dtype=np.float32)
-        # cosine can be <= 0; shift into (0, 2] so top_k keeps every allowed row
-        scores[ids] = sims + np.float32(1.0 + 1e-6)
-        return [LegHit(h.ordinal, h.score - (1.0 + 1e-6)) for h in top_k(scores, k)]
+    def _allowed_rows(self, allowed: Mask) -> tuple[npt.NDArray[np.int64], Matrix | None]:
+        """Allowed ordinals and, for a small allowed set, their rows gathered once per mask.
+
+        Masks are cached per filter by the engine, so the gather (the costly part of an exact
+        scan over a selective filter) is paid on the first query with that filter only. When
+        most rows are allowed, one contiguous matrix-vector product beats a gather: ``None``.
+        """
+        cached = self._gathers.get(id(allowed))
+        if cached is not None and cached[0]() is allowed:
+            return cached[1], cached[2]
+        ids = np.flatnonzero(allowed[: len(self.matrix)])
+        rows = None
+        if len(ids) * 3 < len(self.matrix) and len(ids) <= max(
+            self.config.exact_max_allowed, self.config.hnsw_min_chunks
+        ):
+            rows = np.ascontiguousarray(self.matrix[ids])
+        self._gathers[id(allowed)] = (weakref.ref(allowed), ids, rows)
+        while len(self._gathers) > 4:
+            self._gathers.pop(next(iter(self._gathers)))
+        return ids, rows
 
     def _hnsw_search(self, q: Matrix, allowed: Mask, k: int) -> list[LegHit]:
         import faiss

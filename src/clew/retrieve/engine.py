@@ -51,6 +51,8 @@ class _Snapshot:
     graph: GraphIndex
     live: Mask
     store: SQLiteStore
+    keys: dict[int, tuple[str, str]]
+    """Ordinal → (chunk id, content hash) of every chunk, for fusion ties and dedup."""
     _columns: MetadataColumns | None = None
     _masks: OrderedDict[str, Mask] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -287,7 +289,12 @@ class Engine:
         if graph is None or graph.release != release:
             graph = GraphIndex.build(self.store.graph_rows(), size, release)
             graph.save(d)
-        return _Snapshot(release, lexical, vector, graph, live, self.store)
+        if old is not None:
+            keys = dict(old.keys)
+            keys.update(self.store.chunk_keys(after=max(old.keys, default=0)))
+        else:
+            keys = dict(self.store.chunk_keys(after=0))
+        return _Snapshot(release, lexical, vector, graph, live, self.store, keys)
 
     def _rebuild_lexical(self, release: int) -> BM25Index:
         idx = BM25Index()
@@ -355,17 +362,19 @@ class Engine:
         lists = self._run_legs(jobs, timings)
 
         t = time.perf_counter()
-        ordinals = sorted({h.ordinal for hits in lists.values() for h in hits})
-        rows = snap.store.fetch(ordinals)
-        lists = {leg: [h for h in hits if h.ordinal in rows] for leg, hits in lists.items()}
-        timings["fetch"] = _ms(t)
+        keys = snap.keys
+        fused = rrf(lists, chosen.legs, cfg.fusion.rrf_k, lambda o: keys[o][0])
+        if cfg.fusion.dedup:
+            fused = dedup(fused, lambda o: keys[o][1])
+        top = fused[:k]
+        timings["fuse"] = _ms(t)
 
         t = time.perf_counter()
-        fused = rrf(lists, chosen.legs, cfg.fusion.rrf_k, lambda o: rows[o].chunk_id)
-        if cfg.fusion.dedup:
-            fused = dedup(fused, lambda o: rows[o].content_hash)
-        hits = tuple(_hit(f, rows) for f in fused[:k])
-        timings["fuse"] = _ms(t)
+        # full rows only for the hits returned; a chunk deleted by another process since this
+        # snapshot was taken is dropped rather than shown from a newer release
+        rows = snap.store.fetch([f.ordinal for f in top])
+        hits = tuple(_hit(f, rows[f.ordinal], keys) for f in top if f.ordinal in rows)
+        timings["fetch"] = _ms(t)
         timings["total"] = _ms(started)
         return SearchResult(
             query=query,
@@ -413,8 +422,7 @@ class Engine:
         }
 
 
-def _hit(f: Fused, rows: Mapping[int, ChunkRow]) -> Hit:
-    row = rows[f.ordinal]
+def _hit(f: Fused, row: ChunkRow, keys: Mapping[int, tuple[str, str]]) -> Hit:
     return Hit(
         chunk_id=row.chunk_id,
         doc_id=row.doc_id,
@@ -427,7 +435,7 @@ def _hit(f: Fused, rows: Mapping[int, ChunkRow]) -> Hit:
         heading_path=row.heading_path,
         token_count=row.token_count,
         content_hash=row.content_hash,
-        duplicates=tuple(rows[o].chunk_id for o in f.duplicates),
+        duplicates=tuple(keys[o][0] for o in f.duplicates),
     )
 
 

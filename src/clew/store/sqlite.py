@@ -341,6 +341,15 @@ class SQLiteStore:
         for ordinal, blob in cur:
             yield int(ordinal), np.frombuffer(blob, dtype=np.float32)
 
+    def chunk_keys(self, after: int) -> Iterator[tuple[int, tuple[str, str]]]:
+        """(ordinal, (chunk id, content hash)) of chunks above an ordinal."""
+        cur = self._conn().execute(
+            "SELECT ordinal, chunk_id, content_hash FROM chunks WHERE ordinal > ? ORDER BY ordinal",
+            (int(after),),
+        )
+        for ordinal, chunk_id, digest in cur:
+            yield int(ordinal), (chunk_id, digest)
+
     def fetch(self, ordinals: Sequence[int]) -> dict[int, ChunkRow]:
         out: dict[int, ChunkRow] = {}
         conn = self._conn()

@@ -92,14 +92,17 @@ def check_store(make_store: Callable[[], Store]) -> None:
     stored = np.stack([vecs[o] for o in live])
     expected = np.concatenate([a.vectors, b.vectors])
     assert np.allclose(np.sort(stored, axis=0), np.sort(expected, axis=0)), "vectors round-trip"
+    keys = dict(store.chunk_keys(0))
+    assert sorted(keys) == live and {k[0] for k in keys.values()} == {"a#0", "a#1", "b#0"}
+    assert dict(store.chunk_keys(live[0])) == {o: keys[o] for o in live[1:]}
     rows = store.fetch(live)
     assert {r.chunk_id for r in rows.values()} == {"a#0", "a#1", "b#0"}
     assert all(r.metadata == {"audience": "public"} for r in rows.values() if r.doc_id == "a")
     md = {tuple(sorted(o)): m for o, m in store.metadata_rows()}
     assert len(md) == 2 and sum(len(k) for k in md) == 3, "metadata rows cover every chunk"
     g = store.graph_rows()
-    keys = {c[1] for c in g.concepts}
-    assert keys == {"err-1"}, f"concepts are shared across documents, got {keys}"
+    concept_keys = {c[1] for c in g.concepts}
+    assert concept_keys == {"err-1"}, f"concepts are shared across documents: {concept_keys}"
     assert len(g.mentions) == 2 and ("b", "a") in set(g.links)
 
     # update: a's chunks are replaced, never duplicated; ordinals are not reused
