@@ -330,6 +330,11 @@ class Engine:
         node = parse_filter(filter)
         filter_json = None if node is None else json.dumps(to_json(node), sort_keys=True)
 
+        # the query embedding is the longest stage: start it first, route and filter meanwhile
+        embedding: Future[Any] | None = None
+        if cfg.fusion.dense_weight > 0:
+            embedding = self._pool.submit(self._embed_query, query, timings)
+
         t = time.perf_counter()
         snap = self._snap()
         allowed = snap.allowed(filter_json)
@@ -349,10 +354,8 @@ class Engine:
         if "dense" in chosen.legs:
 
             def dense() -> list[LegHit]:
-                t0 = time.perf_counter()
-                vec = self.encoder.encode([query])[0]
-                timings["embed"] = _ms(t0)
-                return snap.vector.search(vec, allowed, cfg.dense.depth)
+                assert embedding is not None
+                return snap.vector.search(embedding.result(), allowed, cfg.dense.depth)
 
             jobs["dense"] = dense
         if "graph" in chosen.legs:
@@ -386,6 +389,12 @@ class Engine:
             preset=preset or "default",
         )
 
+    def _embed_query(self, query: str, timings: dict[str, float]) -> Any:
+        t0 = time.perf_counter()
+        vec = self.encoder.encode([query])[0]
+        timings["embed"] = _ms(t0)
+        return vec
+
     def _run_legs(
         self, jobs: Mapping[str, Callable[[], list[LegHit]]], timings: dict[str, float]
     ) -> dict[str, list[LegHit]]:
@@ -399,15 +408,15 @@ class Engine:
             return run
 
         t = time.perf_counter()
-        if len(jobs) <= 1:
-            lists = {name: timed(name, fn)() for name, fn in jobs.items()}
-        else:
-            futures: dict[str, Future[list[LegHit]]] = {
-                name: self._pool.submit(timed(name, fn)) for name, fn in jobs.items()
-            }
-            lists = {name: f.result() for name, f in futures.items()}
+        # lexical and graph run in workers; dense (waiting on the embedding already under way
+        # in a worker) runs on the caller's thread
+        futures: dict[str, Future[list[LegHit]]] = {
+            name: self._pool.submit(timed(name, fn)) for name, fn in jobs.items() if name != "dense"
+        }
+        lists = {"dense": timed("dense", jobs["dense"])()} if "dense" in jobs else {}
+        lists.update({name: f.result() for name, f in futures.items()})
         timings["legs"] = _ms(t)
-        return lists
+        return {name: lists[name] for name in jobs}
 
     # -- inspection -------------------------------------------------------------------------
 
