@@ -330,15 +330,15 @@ class Engine:
         node = parse_filter(filter)
         filter_json = None if node is None else json.dumps(to_json(node), sort_keys=True)
 
-        # the query embedding is the longest stage: start it first, route and filter meanwhile
-        embedding: Future[Any] | None = None
-        if cfg.fusion.dense_weight > 0:
-            embedding = self._pool.submit(self._embed_query, query, timings)
-
         t = time.perf_counter()
         snap = self._snap()
         allowed = snap.allowed(filter_json)
         timings["filter"] = _ms(t)
+
+        # the query embedding is the longest stage: start it now, link and route meanwhile
+        embedding: Future[Any] | None = None
+        if cfg.fusion.dense_weight > 0:
+            embedding = self._pool.submit(self._embed_query, query, timings)
 
         t = time.perf_counter()
         linked = snap.graph.link(query, fuzzy=cfg.graph.fuzzy, word_weight=cfg.graph.word_weight)
