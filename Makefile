@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q --upgrade pip==26.3
 	# torch first, pinned to the CPU build (a plain requirement would pull a CUDA build)
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev,torch]'
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev,torch,bench]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -42,10 +42,13 @@ format: $(STAMP)
 	$(BIN)/ruff format src tests bench
 	$(BIN)/ruff check --fix src tests bench
 
+# Speed: embedder (onnx vs torch), ingest vs raw encoder, search per stage (SciFact and a
+# synthetic 100k-chunk index, HNSW recall), BM25 vs tantivy and FTS5 -> bench/results/*.md
 bench: $(STAMP)
 	$(BIN)/python bench/embedder.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/search.py
+	$(BIN)/python bench/lexical.py
 
 # Quality on ../shared/data (ablations, oracle, gates in eval/gates.yaml) -> bench/results/quality.md
 eval: $(STAMP)

@@ -90,8 +90,10 @@ def main() -> int:
         result = run_eval(dataset, configs_for([], True), progress=True)
         reasons = check_gates(gates, result.dataset, result.table())
         failed |= bool(reasons)
+        data = result.to_dict(per_query=False)
+        data["index"] = Path(data["index"]).name  # no machine paths in committed results
         (args.out / f"quality-{name}.json").write_text(
-            json.dumps(result.to_dict(per_query=False), indent=2) + "\n", encoding="utf-8"
+            json.dumps(data, indent=2) + "\n", encoding="utf-8"
         )
         sections.append(markdown(result, reasons))
         print(sections[-1], flush=True)
