@@ -7,6 +7,7 @@ file to ``bench/results/NAME.md`` with the figures, the machine and the reproduc
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -42,6 +43,19 @@ class CorpusDoc:
     doc_id: str
     title: str
     text: str
+
+
+def parser(doc: str | None, *, quiet_wait: float = 30.0) -> argparse.ArgumentParser:
+    """The options every benchmark takes: where the datasets are and how long to wait for quiet."""
+    p = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="dir holding scifact/")
+    p.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=quiet_wait,
+        help="seconds to wait for other processes to go idle before each run",
+    )
+    return p
 
 
 def scifact_dir(data: Path) -> Path:

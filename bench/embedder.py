@@ -29,13 +29,13 @@ import numpy as np
 import numpy.typing as npt
 
 from _common import (
-    DEFAULT_DATA,
     WORK_DIR,
     Background,
     Stats,
     loadavg,
     log,
     median,
+    parser,
     ratio,
     read_corpus,
     scifact_dir,
@@ -52,18 +52,11 @@ BASELINE = "torch"
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="dir holding scifact/")
+    p = parser(__doc__, quiet_wait=60.0)
     p.add_argument("--texts", type=int, default=512, help="SciFact documents to embed")
     p.add_argument("--queries", type=int, default=100, help="queries for single-query latency")
     p.add_argument("--runs", type=int, default=3, help="batch runs per implementation")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument(
-        "--quiet-wait",
-        type=float,
-        default=60.0,
-        help="seconds to wait for other processes to go idle before each run",
-    )
     p.add_argument("--worker", choices=sorted(IMPLS), help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     return p.parse_args()

@@ -31,13 +31,13 @@ import numpy as np
 import numpy.typing as npt
 
 from _common import (
-    DEFAULT_DATA,
     WORK_DIR,
     Background,
     corpus_source,
     loadavg,
     log,
     median,
+    parser,
     ratio,
     scifact_dir,
     scifact_index_dir,
@@ -55,8 +55,7 @@ Matrix = npt.NDArray[np.float32]
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="dir holding scifact/")
+    p = parser(__doc__, quiet_wait=60.0)
     p.add_argument("--docs", type=int, default=None, help="first N documents (default: all)")
     p.add_argument("--sample", type=int, default=1000, help="chunks re-encoded for the baseline")
     p.add_argument(
@@ -64,12 +63,6 @@ def parse_args() -> argparse.Namespace:
         type=int,
         default=256,
         help="texts per encode() call in the baseline (the pipeline embeds ~256)",
-    )
-    p.add_argument(
-        "--quiet-wait",
-        type=float,
-        default=60.0,
-        help="seconds to wait for other processes to go idle before each phase",
     )
     p.add_argument(
         "--no-keep",

@@ -33,12 +33,12 @@ import numpy as np
 
 import _synthetic
 from _common import (
-    DEFAULT_DATA,
     WORK_DIR,
     Background,
     Stats,
     loadavg,
     log,
+    parser,
     ratio,
     scifact_dir,
     scifact_index_dir,
@@ -55,19 +55,12 @@ BASELINE = "tantivy"
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="dir holding scifact/")
+    p = parser(__doc__, quiet_wait=30.0)
     p.add_argument("--chunks", type=int, default=100_000, help="synthetic index size")
     p.add_argument("--queries", type=int, default=200, help="SciFact queries")
     p.add_argument("--k", type=int, default=50, help="hits per query (the lexical leg's depth)")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--rebuild-synthetic", action="store_true")
-    p.add_argument(
-        "--quiet-wait",
-        type=float,
-        default=30.0,
-        help="seconds to wait for other processes to go idle before each run",
-    )
     return p.parse_args()
 
 

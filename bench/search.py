@@ -32,13 +32,13 @@ import numpy as np
 
 import _synthetic
 from _common import (
-    DEFAULT_DATA,
     Background,
     Stats,
     corpus_source,
     indexed_docs,
     loadavg,
     log,
+    parser,
     ratio,
     read_qrels,
     read_queries,
@@ -67,8 +67,7 @@ FILTERS: dict[str, dict[str, Any] | None] = {
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="dir holding scifact/")
+    p = parser(__doc__, quiet_wait=30.0)
     p.add_argument(
         "--docs",
         type=int,
@@ -91,12 +90,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rebuild-synthetic", action="store_true")
     p.add_argument("--skip-scifact", action="store_true")
     p.add_argument("--skip-synthetic", action="store_true")
-    p.add_argument(
-        "--quiet-wait",
-        type=float,
-        default=30.0,
-        help="seconds to wait for other processes to go idle before each run",
-    )
     return p.parse_args()
 
 
