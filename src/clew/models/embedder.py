@@ -318,11 +318,30 @@ def _pooling(path: Path) -> str:
 
 
 def _sha256(path: Path) -> str:
+    """sha256 of a weights file, remembered in the cache by path, size and mtime (a 90 MB
+    file costs a few hundred milliseconds to hash, on every process start otherwise)."""
+    st = path.stat()
+    stamp = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    memo = cache_dir() / "digests" / (hashlib.sha256(stamp.encode()).hexdigest()[:32] + ".txt")
+    try:
+        cached = memo.read_text(encoding="ascii").strip()
+        if len(cached) == 64:
+            return cached
+    except OSError:
+        pass
     h = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
-    return h.hexdigest()
+    digest = h.hexdigest()
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(digest, encoding="ascii")
+        os.replace(tmp, memo)
+    except OSError:
+        pass  # a read-only cache only costs the hash again
+    return digest
 
 
 def _slug(name: str) -> str:
