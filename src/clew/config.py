@@ -41,11 +41,15 @@ class LexicalConfig:
     depth: int = 50
     k1: float = 0.9
     b: float = 0.4
+    part_weight: float = 1.0
+    """Query weight of a compound's parts (``err``, ``4413``) against the whole (``err-4413``).
+    1.0 measured best: 0.5 cost SciFact 0.008 nDCG@10 (biomedical terms are compounds)."""
 
     def __post_init__(self) -> None:
         _check(1 <= self.depth <= 10_000, "lexical.depth", self.depth, "1..10000")
         _check(0.0 <= self.k1 <= 5.0, "lexical.k1", self.k1, "0.0..5.0")
         _check(0.0 <= self.b <= 1.0, "lexical.b", self.b, "0.0..1.0")
+        _check(0.0 <= self.part_weight <= 1.0, "lexical.part_weight", self.part_weight, "0.0..1.0")
 
 
 @dataclass(frozen=True, slots=True)

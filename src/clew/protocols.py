@@ -105,7 +105,9 @@ class Store(Protocol):
 
 
 class LexicalIndex(Protocol):
-    def search(self, tokens: Sequence[str], allowed: Mask, k: int) -> list[LegHit]: ...
+    def search(
+        self, tokens: Sequence[str] | Mapping[str, float], allowed: Mask, k: int
+    ) -> list[LegHit]: ...
 
 
 class VectorIndex(Protocol):

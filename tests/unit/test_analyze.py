@@ -57,3 +57,28 @@ def test_concept_keys_merge_aliases_but_not_identifiers() -> None:
 
 def test_version_string() -> None:
     assert ANALYZER_VERSION.startswith("clew-analyzer/")
+
+
+def test_query_terms_weight_compound_parts() -> None:
+    from clew.ingest.analyze import query_terms
+
+    assert query_terms("ERR-4413 timeouts", 0.5) == {
+        "err-4413": 1.0,
+        "err": 0.5,
+        "4413": 0.5,
+        "timeout": 1.0,
+    }
+    assert query_terms("retry retry") == {"retry": 2.0}
+
+
+def test_weighted_bm25_query_ranks_exact_identifier_first() -> None:
+    import numpy as np
+
+    from clew.index.lexical import BM25Index
+
+    idx = BM25Index()
+    idx.add([(0, analyze("ERR-4412 ERR-4012 ERR-4102 errors")), (1, analyze("ERR-4413 in use"))])
+    allowed = np.ones(2, dtype=bool)
+    from clew.ingest.analyze import query_terms
+
+    assert idx.search(query_terms("ERR-4413", 0.2), allowed, 2)[0].ordinal == 1

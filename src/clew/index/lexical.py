@@ -16,7 +16,7 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,12 +115,22 @@ class BM25Index:
     # -- querying ---------------------------------------------------------------------------
 
     def search(
-        self, tokens: Sequence[str], allowed: Mask, k: int, *, k1: float = 0.9, b: float = 0.4
+        self,
+        tokens: Sequence[str] | Mapping[str, float],
+        allowed: Mask,
+        k: int,
+        *,
+        k1: float = 0.9,
+        b: float = 0.4,
     ) -> list[LegHit]:
-        """Top-k chunks by BM25 among ``allowed`` ordinals (score desc, ordinal asc)."""
+        """Top-k chunks by BM25 among ``allowed`` ordinals (score desc, ordinal asc).
+
+        ``tokens``: analyzer tokens (repeats count as query term frequency), or a mapping of
+        term to weight (:func:`clew.ingest.analyze.query_terms`)."""
         if not tokens or self.n_docs == 0:
             return []
-        qtf = Counter(t for t in tokens if t in self.vocab)
+        weighted = tokens.items() if isinstance(tokens, Mapping) else Counter(tokens).items()
+        qtf = {t: float(w) for t, w in weighted if t in self.vocab and w > 0}
         if not qtf:
             return []
         size = len(allowed)

@@ -247,6 +247,23 @@ def analyze(text: str) -> list[str]:
     return tokens
 
 
+def query_terms(text: str, part_weight: float = 1.0) -> dict[str, float]:
+    """Weighted query terms for BM25: the analyzer's tokens, where the parts of a compound
+    (``err``, ``4413`` of ``ERR-4413``) count ``part_weight`` and the whole token counts 1, so
+    a chunk with the exact identifier outranks one that only shares its pieces."""
+    out: dict[str, float] = {}
+    text = unicodedata.normalize("NFKC", text)
+    for match in _COMPOUND.finditer(text):
+        word = match.group(0).strip("_")
+        if not word:
+            continue
+        tokens = _analyze_word(word)
+        for i, tok in enumerate(tokens):
+            weight = 1.0 if i == 0 or len(tokens) == 1 else part_weight
+            out[tok] = out.get(tok, 0.0) + weight
+    return out
+
+
 def words(text: str) -> list[str]:
     """Plain normalized words (no compound splitting, stop words kept) for phrase matching."""
     return [m.group(0).strip("_") for m in _COMPOUND.finditer(normalize(text)) if m.group(0)]

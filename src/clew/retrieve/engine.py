@@ -27,7 +27,7 @@ from clew.filters import Mask, MetadataColumns, parse_filter, to_json
 from clew.index.graph import GraphIndex
 from clew.index.lexical import BM25Index
 from clew.index.vector import VectorIndex
-from clew.ingest.analyze import ANALYZER_VERSION, analyze
+from clew.ingest.analyze import ANALYZER_VERSION, query_terms
 from clew.ingest.chunk import Chunker
 from clew.ingest.concepts import ConceptExtractor
 from clew.ingest.load import load_path
@@ -347,7 +347,7 @@ class Engine:
 
         jobs: dict[str, Callable[[], list[LegHit]]] = {}
         if "lexical" in chosen.legs:
-            tokens = analyze(query)
+            tokens = query_terms(query, cfg.lexical.part_weight)
             jobs["lexical"] = lambda: snap.lexical.search(
                 tokens, allowed, cfg.lexical.depth, k1=cfg.lexical.k1, b=cfg.lexical.b
             )
