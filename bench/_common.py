@@ -20,6 +20,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from clew.eval.metrics import percentile as clew_percentile
+
 # Offline, and no tokenizers thread pool fighting onnxruntime/torch for the cores.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -122,14 +124,8 @@ def write_jsonl(path: Path, docs: Iterable[CorpusDoc]) -> Path:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (``q`` in 0..100), like ``numpy.percentile``."""
-    if not values:
-        return float("nan")
-    data = sorted(values)
-    pos = (len(data) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+    """Linear-interpolated percentile (``q`` in 0..100); NaN when there are no values."""
+    return clew_percentile(values, q) if values else float("nan")
 
 
 @dataclass(frozen=True, slots=True)
