@@ -374,16 +374,6 @@ class SQLiteStore:
                 )
         return out
 
-    def chunks_of(self, doc_id: str) -> list[ChunkRow]:
-        ords = [
-            r[0]
-            for r in self._conn().execute(
-                "SELECT ordinal FROM chunks WHERE doc_id = ? ORDER BY seq", (doc_id,)
-            )
-        ]
-        rows = self.fetch(ords)
-        return [rows[o] for o in ords]
-
     def metadata_rows(self) -> Iterator[tuple[list[int], Mapping[str, Any]]]:
         conn = self._conn()
         by_doc: dict[str, list[int]] = {}
