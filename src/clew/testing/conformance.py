@@ -84,6 +84,10 @@ def check_store(make_store: Callable[[], Store]) -> None:
     r1 = store.write([a, b])
     assert r1 == 1 and store.release() == 1, "each write is one new release"
     assert store.doc_hashes(["a", "b", "zz"]) == {"a": a.doc_hash, "b": b.doc_hash}
+    assert store.has_document("a") and not store.has_document("zz")
+    assert store.counts()["documents"] == 2 and store.counts()["chunks"] == 3
+    store.set_meta({"embedder": "x"})
+    assert store.get_meta("embedder") == "x" and store.release() == 1, "meta is not a release"
     live = list(store.live_ordinals())
     assert len(live) == 3 and live == sorted(live), "ordinals are listed ascending"
     toks = dict(store.iter_tokens(0))
