@@ -176,6 +176,25 @@ class SearchConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AssembleConfig:
+    token_budget: int = 3_200
+    jaccard: float = 0.85
+    """Skip a hit whose token set overlaps an already kept one by more than this."""
+    floor: float = 0.5
+    """Stop at hits scoring below this share of the top score."""
+
+    def __post_init__(self) -> None:
+        _check(
+            1 <= self.token_budget <= 1_000_000,
+            "assemble.token_budget",
+            self.token_budget,
+            "1..1000000",
+        )
+        _check(0.0 < self.jaccard <= 1.0, "assemble.jaccard", self.jaccard, "(0, 1]")
+        _check(0.0 <= self.floor <= 1.0, "assemble.floor", self.floor, "0.0..1.0")
+
+
+@dataclass(frozen=True, slots=True)
 class EmbedderConfig:
     model: str = "minilm"
     """``minilm`` (packaged all-MiniLM-L6-v2), a local directory, or a hub name already cached."""
@@ -215,6 +234,7 @@ class EngineConfig:
     fusion: FusionConfig = field(default_factory=FusionConfig)
     router: RouterConfig = field(default_factory=RouterConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
+    assemble: AssembleConfig = field(default_factory=AssembleConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -1,0 +1,1 @@
+"""From hits to answers: context assembly (answers and explanations follow)."""
