@@ -11,16 +11,23 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from clew.config import PRESETS, EngineConfig, preset_config
 from clew.errors import ClewError, ConfigError
 from clew.types import SearchResult
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``clew search: error: ...``), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="clew", description="Explainable hybrid retrieval.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="clew", description="Explainable hybrid retrieval.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--index", required=True, help="index directory")

@@ -101,7 +101,9 @@ def test_unknown_preset_is_rejected(sample_index: Path, capsys: pytest.CaptureFi
     with pytest.raises(SystemExit) as exc:
         main(["search", "x", "--index", str(sample_index), "--preset", "turbo"])
     assert exc.value.code == 2
-    assert "invalid choice: 'turbo'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "invalid choice: 'turbo'" in err and "default" in err
+    assert err.count("\n") == 1, "one-line error"
 
 
 def test_missing_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
