@@ -270,3 +270,22 @@ def test_failure_mid_ingest_keeps_committed_batches_only(tmp_path: Path) -> None
     assert set(report.added) == {d.doc_id for d in many} - committed
     assert engine.store.counts()["documents"] == len(many)
     engine.close()
+
+
+def test_derived_files_keep_one_generation_and_rebuild_when_missing(tmp_path: Path) -> None:
+    kw: dict[str, Any] = {
+        "encoder": FakeHashEncoder(),
+        "extractor": ConceptExtractor(ConceptConfig(spacy=False)),
+    }
+    path = tmp_path / "i"
+    with Engine(path, create=True, **kw) as e:
+        e.ingest(DOCS[:3])
+        e.ingest(DOCS[3:])
+    for name in ("lexical", "vectors", "graph"):
+        manifest = json.loads((path / f"{name}.json").read_text())
+        files = sorted(p.name for p in path.glob(f"{name}-*"))
+        assert files and all(manifest["stamp"] in f for f in files), (name, files)
+    for f in path.glob("lexical-*"):
+        f.unlink()  # a manifest naming files that are gone: rebuilt from the store
+    with Engine(path, **kw) as e:
+        assert e.search("ERR-4413", preset="lexical", k=1).hits[0].doc_id == "codes"

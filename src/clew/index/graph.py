@@ -13,9 +13,7 @@ that leads to a visible one: the access mask applies to every node the walk reac
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ import scipy.sparse as sp
 
 from clew.config import GraphConfig
 from clew.filters import Mask
+from clew.index.files import data_path, new_stamp, publish, read_manifest
 from clew.index.lexical import top_k
 from clew.ingest.analyze import STOP_WORDS, concept_key, words
 from clew.ingest.concepts import find_identifiers
@@ -256,11 +255,12 @@ class GraphIndex:
     # -- persistence ------------------------------------------------------------------------
 
     def save(self, directory: Path) -> None:
-        """Arrays to ``graph.npz``, names and maps to ``graph.json`` (no pickle: safe to load)."""
+        """Arrays to ``graph-<stamp>.npz``, names and maps to the ``graph.json`` manifest
+        (no pickle: safe to load)."""
         m = self.mentions
-        tmp = directory / f"graph.tmp{os.getpid()}.npz"
+        stamp = new_stamp()
         np.savez(
-            tmp,
+            data_path(directory, "graph", stamp, ".npz"),
             data=m.data,
             indices=m.indices,
             indptr=m.indptr,
@@ -282,19 +282,16 @@ class GraphIndex:
             "chunk_doc": [[o, d] for o, d in self.chunk_doc.items()],
             "next_chunk": [[a, b] for a, b in self.next_chunk.items()],
         }
-        tmp_j = directory / f"graph.tmp{os.getpid()}.json"
-        tmp_j.write_text(json.dumps(meta), encoding="utf-8")
-        os.replace(tmp, directory / "graph.npz")
-        os.replace(tmp_j, directory / "graph.json")
+        publish(directory, "graph", stamp, meta)
 
     @classmethod
     def load(cls, directory: Path) -> GraphIndex | None:
-        try:
-            meta = json.loads((directory / "graph.json").read_text(encoding="utf-8"))
-            arrays = np.load(directory / "graph.npz")
-        except (OSError, ValueError):
+        meta = read_manifest(directory, "graph", FORMAT)
+        if meta is None:
             return None
-        if meta.get("format") != FORMAT:
+        try:
+            arrays = np.load(data_path(directory, "graph", str(meta["stamp"]), ".npz"))
+        except (OSError, ValueError):
             return None
         g = cls()
         g.release = int(meta["release"])

@@ -12,9 +12,7 @@ out through the live mask the engine ANDs into every query. When extra segments 
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from clew.filters import Mask
+from clew.index.files import data_path, new_stamp, publish, read_manifest
 from clew.types import LegHit
 
 FORMAT = "clew-bm25/1"
@@ -171,24 +170,26 @@ class BM25Index:
             "analyzer": self.analyzer,
             "segments": len(self.segments),
         }
-        tmp = directory / f"lexical.tmp{os.getpid()}.npz"
-        np.savez(tmp, **arrays)  # type: ignore[arg-type]
-        (directory / "lexical.terms.tmp").write_text("\n".join(terms), encoding="utf-8")
-        os.replace(directory / "lexical.terms.tmp", directory / "lexical.terms")
-        os.replace(tmp, directory / "lexical.npz")
-        _write_json(directory / "lexical.json", meta)
+        stamp = new_stamp()
+        np.savez(data_path(directory, "lexical", stamp, ".npz"), **arrays)  # type: ignore[arg-type]
+        data_path(directory, "lexical", stamp, ".terms").write_text(
+            "\n".join(terms), encoding="utf-8"
+        )
+        publish(directory, "lexical", stamp, meta)
 
     @classmethod
     def load(cls, directory: Path) -> BM25Index | None:
-        meta_path = directory / "lexical.json"
-        if not meta_path.exists():
+        meta = read_manifest(directory, "lexical", FORMAT)
+        if meta is None:
             return None
+        stamp = str(meta["stamp"])
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-            if meta.get("format") != FORMAT:
-                return None
-            data = np.load(directory / "lexical.npz")
-            terms = (directory / "lexical.terms").read_text(encoding="utf-8").split("\n")
+            data = np.load(data_path(directory, "lexical", stamp, ".npz"))
+            terms = (
+                data_path(directory, "lexical", stamp, ".terms")
+                .read_text(encoding="utf-8")
+                .split("\n")
+            )
         except (OSError, ValueError):
             return None
         idx = cls()
@@ -222,9 +223,3 @@ def top_k(scores: npt.NDArray[np.float32], k: int) -> list[LegHit]:
     order = np.lexsort((candidates, -scores[candidates]))[:k]
     chosen = candidates[order]
     return [LegHit(int(o), float(scores[o])) for o in chosen]
-
-
-def _write_json(path: Path, data: object) -> None:
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    os.replace(tmp, path)

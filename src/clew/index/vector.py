@@ -8,8 +8,6 @@ exact search, with and without filters.
 
 from __future__ import annotations
 
-import json
-import os
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,6 +18,7 @@ import numpy.typing as npt
 
 from clew.config import DenseConfig
 from clew.filters import Mask
+from clew.index.files import data_path, new_stamp, publish, read_manifest
 from clew.index.lexical import top_k
 from clew.types import LegHit
 
@@ -137,17 +136,14 @@ class VectorIndex:
     # -- persistence ------------------------------------------------------------------------
 
     def save(self, directory: Path) -> None:
-        tmp = directory / f"vectors.tmp{os.getpid()}.npy"
-        np.save(tmp, self.matrix[: self.last_ordinal + 1])
-        os.replace(tmp, directory / "vectors.npy")
+        stamp = new_stamp()
+        np.save(
+            data_path(directory, "vectors", stamp, ".npy"), self.matrix[: self.last_ordinal + 1]
+        )
         if self.hnsw is not None:
             import faiss
 
-            tmp_h = directory / f"hnsw.tmp{os.getpid()}"
-            faiss.write_index(self.hnsw, str(tmp_h))
-            os.replace(tmp_h, directory / "hnsw.faiss")
-        elif (directory / "hnsw.faiss").exists():
-            (directory / "hnsw.faiss").unlink()
+            faiss.write_index(self.hnsw, str(data_path(directory, "vectors", stamp, ".hnsw")))
         meta = {
             "format": FORMAT,
             "release": self.release,
@@ -158,20 +154,16 @@ class VectorIndex:
             "hnsw_rows": self._hnsw_rows if self.hnsw is not None else 0,
             "hnsw_m": self.config.hnsw_m,
         }
-        tmp_j = directory / f"vectors.tmp{os.getpid()}.json"
-        tmp_j.write_text(json.dumps(meta), encoding="utf-8")
-        os.replace(tmp_j, directory / "vectors.json")
+        publish(directory, "vectors", stamp, meta)
 
     @classmethod
     def load(cls, directory: Path, config: DenseConfig) -> VectorIndex | None:
-        meta_path = directory / "vectors.json"
-        if not meta_path.exists():
+        meta = read_manifest(directory, "vectors", FORMAT)
+        if meta is None or meta.get("hnsw_m") != config.hnsw_m:
             return None
+        stamp = str(meta["stamp"])
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-            if meta.get("format") != FORMAT or meta.get("hnsw_m") != config.hnsw_m:
-                return None
-            matrix = np.load(directory / "vectors.npy")
+            matrix = np.load(data_path(directory, "vectors", stamp, ".npy"))
         except (OSError, ValueError):
             return None
         idx = cls(int(meta["dim"]), config)
@@ -184,7 +176,7 @@ class VectorIndex:
             import faiss
 
             try:
-                idx.hnsw = faiss.read_index(str(directory / "hnsw.faiss"))
+                idx.hnsw = faiss.read_index(str(data_path(directory, "vectors", stamp, ".hnsw")))
             except RuntimeError:
                 return None
             idx._hnsw_rows = int(meta["hnsw_rows"])
