@@ -30,7 +30,6 @@ from clew.errors import FilterError
 Mask = npt.NDArray[np.bool_]
 Scalar = str | int | float | bool | None
 _RANGE_OPS = ("gt", "gte", "lt", "lte")
-_RESERVED = ("and", "or", "not")
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,7 +180,6 @@ def _record(qid: str, slice_: str, result: SearchResult, k: int) -> QueryRecord:
         for c in hit.contributions:
             candidates[c.leg].add(hit.doc_id)
     ranked = tuple(docs)
-    top_chunks = [h for h in result.hits][:k]
     return QueryRecord(
         qid=qid,
         slice=slice_,
@@ -189,7 +188,7 @@ def _record(qid: str, slice_: str, result: SearchResult, k: int) -> QueryRecord:
         candidate_docs={leg: tuple(sorted(d)) for leg, d in candidates.items()},
         legs_run=tuple(sorted(result.route.legs)),
         timings_ms=dict(result.timings_ms),
-        context_tokens=sum(h.token_count for h in top_chunks),
+        context_tokens=sum(h.token_count for h in result.hits[:k]),
     )
 
 

@@ -198,7 +198,7 @@ class GraphIndex:
         hop1 = self._spread(seeds)
         hop1[~allow] = 0.0
         scores = hop1.copy()
-        via: dict[int, list[int]] = {}
+        related_rows: set[int] = set()
         if config.max_hops >= 2:
             reached = np.flatnonzero(hop1 > 0)
             if len(reached):
@@ -219,8 +219,7 @@ class GraphIndex:
                     hop2 = self._spread(rel) * config.hop_penalty
                     hop2[~allow] = 0.0
                     scores = np.maximum(hop1, hop2) + 0.1 * np.minimum(hop1, hop2)
-                    for r in keep:
-                        via[int(r)] = []
+                    related_rows = {int(r) for r in keep}
         if config.pagerank_weight > 0 and len(self.pagerank_chunk):
             pr = np.zeros(size)
             m = min(size, len(self.pagerank_chunk))
@@ -237,7 +236,7 @@ class GraphIndex:
             if direct:
                 trail = GraphTrail(concepts=tuple(direct), hops=1)
             else:
-                through = sorted(self.keys[r] for r in rows_here if r in via)[:5]
+                through = sorted(self.keys[r] for r in rows_here & related_rows)[:5]
                 trail = GraphTrail(
                     concepts=tuple(sorted(c.key for c in linked))[:5], hops=2, via=tuple(through)
                 )

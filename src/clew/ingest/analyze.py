@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterator
 from functools import lru_cache
 
 ANALYZER_VERSION = "clew-analyzer/1"
@@ -236,15 +237,17 @@ def _analyze_word(word: str) -> tuple[str, ...]:
     return tuple(tokens)
 
 
-def analyze(text: str) -> list[str]:
-    """Tokens for the lexical index and the query: the same function for both."""
-    text = unicodedata.normalize("NFKC", text)
-    tokens: list[str] = []
-    for match in _COMPOUND.finditer(text):
+def _word_tokens(text: str) -> Iterator[tuple[str, ...]]:
+    """Analyzer tokens word by word: a compound's whole token first, then its parts."""
+    for match in _COMPOUND.finditer(unicodedata.normalize("NFKC", text)):
         word = match.group(0).strip("_")
         if word:
-            tokens.extend(_analyze_word(word))
-    return tokens
+            yield _analyze_word(word)
+
+
+def analyze(text: str) -> list[str]:
+    """Tokens for the lexical index and the query: the same function for both."""
+    return [tok for tokens in _word_tokens(text) for tok in tokens]
 
 
 def query_terms(text: str, part_weight: float = 1.0) -> dict[str, float]:
@@ -252,15 +255,9 @@ def query_terms(text: str, part_weight: float = 1.0) -> dict[str, float]:
     (``err``, ``4413`` of ``ERR-4413``) count ``part_weight`` and the whole token counts 1, so
     a chunk with the exact identifier outranks one that only shares its pieces."""
     out: dict[str, float] = {}
-    text = unicodedata.normalize("NFKC", text)
-    for match in _COMPOUND.finditer(text):
-        word = match.group(0).strip("_")
-        if not word:
-            continue
-        tokens = _analyze_word(word)
+    for tokens in _word_tokens(text):
         for i, tok in enumerate(tokens):
-            weight = 1.0 if i == 0 or len(tokens) == 1 else part_weight
-            out[tok] = out.get(tok, 0.0) + weight
+            out[tok] = out.get(tok, 0.0) + (1.0 if i == 0 else part_weight)
     return out
 
 

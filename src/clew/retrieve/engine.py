@@ -263,11 +263,11 @@ class Engine:
             or lexical.last_ordinal >= size
             or len(live_ords) < 0.8 * lexical.n_docs
         ):
-            lexical = self._rebuild_lexical(release)
+            lexical = self._rebuild_lexical()
         elif lexical.release != release:
             lexical.add(self.store.iter_tokens(lexical.last_ordinal))
             if lexical.needs_merge():
-                lexical = self._rebuild_lexical(release)
+                lexical = self._rebuild_lexical()
         if lexical.release != release:
             lexical.release = release
             lexical.save(d)
@@ -296,7 +296,7 @@ class Engine:
             keys = dict(self.store.chunk_keys(after=0))
         return _Snapshot(release, lexical, vector, graph, live, self.store, keys)
 
-    def _rebuild_lexical(self, release: int) -> BM25Index:
+    def _rebuild_lexical(self) -> BM25Index:
         idx = BM25Index()
         idx.analyzer = ANALYZER_VERSION
         idx.add(self.store.iter_tokens(0))
@@ -345,10 +345,13 @@ class Engine:
         chosen = route(query, len(linked), cfg.fusion, cfg.router)
         timings["route"] = _ms(t)
 
-        jobs: dict[str, Callable[[], list[LegHit]]] = {}
+        # lexical and graph run in workers; dense waits on the embedding already under way in a
+        # worker, so it runs on the caller's thread instead of holding a worker while it waits
+        pooled: dict[str, Callable[[], list[LegHit]]] = {}
+        inline: dict[str, Callable[[], list[LegHit]]] = {}
         if "lexical" in chosen.legs:
             tokens = query_terms(query, cfg.lexical.part_weight)
-            jobs["lexical"] = lambda: snap.lexical.search(
+            pooled["lexical"] = lambda: snap.lexical.search(
                 tokens, allowed, cfg.lexical.depth, k1=cfg.lexical.k1, b=cfg.lexical.b
             )
         if "dense" in chosen.legs:
@@ -357,12 +360,12 @@ class Engine:
                 assert embedding is not None
                 return snap.vector.search(embedding.result(), allowed, cfg.dense.depth)
 
-            jobs["dense"] = dense
+            inline["dense"] = dense
         if "graph" in chosen.legs:
-            jobs["graph"] = lambda: snap.graph.search(
+            pooled["graph"] = lambda: snap.graph.search(
                 query, allowed, cfg.graph.depth, cfg.graph, linked
             )
-        lists = self._run_legs(jobs, timings)
+        lists = self._run_legs(pooled, inline, timings)
 
         t = time.perf_counter()
         keys = snap.keys
@@ -396,8 +399,13 @@ class Engine:
         return vec
 
     def _run_legs(
-        self, jobs: Mapping[str, Callable[[], list[LegHit]]], timings: dict[str, float]
+        self,
+        pooled: Mapping[str, Callable[[], list[LegHit]]],
+        inline: Mapping[str, Callable[[], list[LegHit]]],
+        timings: dict[str, float],
     ) -> dict[str, list[LegHit]]:
+        """Run ``pooled`` legs in the worker pool and ``inline`` ones on this thread."""
+
         def timed(name: str, fn: Callable[[], list[LegHit]]) -> Callable[[], list[LegHit]]:
             def run() -> list[LegHit]:
                 t0 = time.perf_counter()
@@ -408,15 +416,11 @@ class Engine:
             return run
 
         t = time.perf_counter()
-        # lexical and graph run in workers; dense (waiting on the embedding already under way
-        # in a worker) runs on the caller's thread
-        futures: dict[str, Future[list[LegHit]]] = {
-            name: self._pool.submit(timed(name, fn)) for name, fn in jobs.items() if name != "dense"
-        }
-        lists = {"dense": timed("dense", jobs["dense"])()} if "dense" in jobs else {}
+        futures = {name: self._pool.submit(timed(name, fn)) for name, fn in pooled.items()}
+        lists = {name: timed(name, fn)() for name, fn in inline.items()}
         lists.update({name: f.result() for name, f in futures.items()})
         timings["legs"] = _ms(t)
-        return {name: lists[name] for name in jobs}
+        return lists
 
     # -- inspection -------------------------------------------------------------------------
 
