@@ -10,6 +10,7 @@
     ├── StoreError           missing or incompatible index, failed write
     │   └── IndexNotFoundError
     └── ModelError           embedding model or spaCy pipeline cannot be loaded
+        └── LLMError         an LLM endpoint failed or answered something unusable
 """
 
 from __future__ import annotations
@@ -45,3 +46,7 @@ class IndexNotFoundError(StoreError):
 
 class ModelError(ClewError):
     """A model (embedding weights, tokenizer, spaCy pipeline) cannot be loaded."""
+
+
+class LLMError(ModelError):
+    """An LLM endpoint failed or answered something unusable."""

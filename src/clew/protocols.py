@@ -122,3 +122,38 @@ class VectorIndex(Protocol):
 
 class GraphIndex(Protocol):
     def search(self, query: str, allowed: Mask, k: int) -> list[LegHit]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RerankCandidate:
+    """One candidate as a reranker sees it: its id, its text, and precomputed features."""
+
+    chunk_id: str
+    title: str
+    text: str
+    features: Mapping[str, float]
+    """Named, already computed signals (cosine, bm25, legs, pagerank, …) for feature rerankers."""
+
+
+@dataclass(frozen=True, slots=True)
+class RerankScores:
+    """A reranker's verdict: one score per candidate, in the order given.
+
+    ``None`` means the candidate got no usable score (an LLM left it out or garbled it); it is
+    ranked after every scored candidate, in fused order. ``notes`` report such problems.
+    ``explain`` holds, per candidate, what made its score (feature contributions, a grade).
+    """
+
+    scores: tuple[float | None, ...]
+    notes: tuple[str, ...] = ()
+    explain: tuple[Mapping[str, float], ...] = ()
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Scores candidates for a query. Raising any exception makes the engine fall back to the
+    fused order and record the reason; only the caller's cancellation propagates."""
+
+    name: str
+
+    def score(self, query: str, candidates: Sequence[RerankCandidate]) -> RerankScores: ...

@@ -1,0 +1,410 @@
+"""Extractive answer selection: the sentences of the retrieved hits that best answer a question.
+
+No LLM. Pure functions; the same question and hits give the same sentences, bit for bit.
+
+**Splitting** (:func:`split_sentences`) works on markdown-ish chunk text. Paragraphs (blank-line
+separated), list items, table rows and fenced-code lines are separate units; single newlines
+inside a paragraph are soft wraps. Headings (``#`` lines), horizontal rules and table separator
+rows are not sentences. Inside a paragraph or list item a sentence ends at ``.``, ``?`` or ``!``
+(optionally followed by closing quotes/brackets) followed by whitespace, except after common
+abbreviations (``e.g.``, ``i.e.``, ``vs.``, ``Fig.``, ``et al.``, ``Dr.`` …) and single capital
+initials. Because a boundary needs whitespace after the terminator, numbers and versions
+(``3.5 ms``, ``v2.3.1``) and dotted identifiers (``pool.max_size``) are never cut. Sentences over
+:data:`MAX_WORDS` whitespace words are cut at whitespace into balanced pieces of at most that
+many words; pieces with fewer than :data:`MIN_WORDS` words are dropped unless they contain an
+identifier (a word with a digit, ``-`` or ``_``, a dotted path, or CamelCase).
+
+**Scoring** (:func:`select_sentences`), per sentence of every hit, from raw features in [0, 1]:
+
+- ``term_overlap``: idf-weighted share of the question's analyzer terms
+  (:func:`clew.ingest.analyze.query_terms`, stop words already removed) found among the
+  sentence's analyzer tokens — the same tokens BM25 sees;
+- ``cosine``: cosine of the sentence and question embeddings, clipped at 0 (only with an
+  encoder; every sentence and the question are encoded in one batched call);
+- ``chunk_rank``: ``1 / (1 + hit_index)``, a small prior for earlier hits;
+- ``identifier``: share of the identifiers the question names (``ERR-4413``, ``pool.max_size``)
+  that the sentence contains exactly (casefolded).
+
+``score = Σ weight × feature`` with :data:`DENSE_WEIGHTS` when an encoder is given and
+:data:`LEXICAL_WEIGHTS` (the same weights without ``cosine``, renormalised) otherwise, plus
+:data:`IDENTIFIER_BONUS` × ``identifier``. ``Selected.parts`` holds each weighted term, so
+``sum(parts.values()) == score``; divide by the weight to recover the raw feature.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+
+from clew.compose.assemble import jaccard
+from clew.errors import ModelError, QueryError
+from clew.ingest.analyze import analyze, query_terms, words
+from clew.protocols import Encoder
+from clew.types import Hit
+
+MAX_WORDS = 60
+"""Longest sentence, in whitespace-separated words; longer ones are cut into pieces."""
+MIN_WORDS = 3
+"""Shortest unit kept, in words, unless it contains an identifier."""
+NEAR_DUPLICATE_JACCARD = 0.8
+"""A sentence whose analyzer token set overlaps a chosen one by more than this is skipped."""
+
+DENSE_WEIGHTS: Mapping[str, float] = {"cosine": 0.5, "term_overlap": 0.45, "chunk_rank": 0.05}
+"""Weights of the raw features when an encoder is given (they sum to 1)."""
+LEXICAL_WEIGHTS: Mapping[str, float] = {"term_overlap": 0.9, "chunk_rank": 0.1}
+"""Weights without an encoder: :data:`DENSE_WEIGHTS` less ``cosine``, renormalised to 1."""
+IDENTIFIER_BONUS = 0.2
+"""Added × the share of the question's identifiers the sentence names exactly."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sentence:
+    """One sentence of one hit."""
+
+    hit_index: int
+    """Index into the hits given to :func:`select_sentences`."""
+    chunk_id: str
+    text: str
+    """The sentence with runs of whitespace collapsed to single spaces."""
+    start: int
+    """Character offset of the sentence's first character in ``hit.text``."""
+    end: int
+    """Character offset just past its last character (``hit.text[start:end]``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Selected:
+    """A chosen sentence, its score, and what made the score."""
+
+    sentence: Sentence
+    score: float
+    parts: Mapping[str, float]
+    """Weighted terms of the score (``term_overlap``, ``chunk_rank``, ``identifier``, and
+    ``cosine`` when an encoder was given); they sum to ``score``."""
+    matched_terms: tuple[str, ...]
+    """Question terms found in the sentence, in question order (for the "why" trail)."""
+
+
+# --------------------------------------------------------------------------------------------
+# splitting
+
+_ABBREVIATIONS = frozenset(
+    {
+        "e.g",
+        "i.e",
+        "vs",
+        "fig",
+        "figs",
+        "al",
+        "dr",
+        "mr",
+        "mrs",
+        "ms",
+        "prof",
+        "cf",
+        "approx",
+        "eq",
+        "sec",
+        "ch",
+        "vol",
+        "pp",
+        "jr",
+        "sr",
+        "st",
+    }
+)
+"""Words (lowercased, without their final dot) after which a ``.`` does not end a sentence."""
+_LOWERCASE_NEXT = frozenset({"etc", "ca", "resp", "incl"})
+"""Abbreviations that often end a sentence: they only hold it together before a lowercase word."""
+_DIGIT_NEXT = frozenset({"no", "nos"})
+"""Abbreviations only before a number (``No. 5``); a plain word otherwise (``answer is no.``)."""
+
+_BOUNDARY = re.compile(r"[.?!]+[\"'”’)\]]*(?=\s)")
+_LIST_MARKER = re.compile(r"[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+")
+_HEADING = re.compile(r"[ \t]{0,3}#{1,6}(?:\s|$)")
+_RULE = re.compile(r"[ \t]*([-*_=])(?:[ \t]*\1){2,}[ \t]*$")
+_FENCE = re.compile(r"[ \t]*(?:```|~~~)")
+_TABLE_SEPARATOR = re.compile(r"[\s|:\-]*$")
+_QUOTE = re.compile(r"[ \t]*(?:>[ \t]?)+")
+_WORD = re.compile(r"[^\W_]+(?:[-_./:][^\W_]+)*", re.UNICODE)
+_WS_TOKEN = re.compile(r"\S+")
+
+
+def _is_identifier(word: str) -> bool:
+    """A word with a digit, ``-`` or ``_``, a dotted path with parts longer than one letter
+    (``pool.max``, not ``e.g``), or CamelCase (``RetryPolicy``). ``word`` keeps its case."""
+    if any(c.isdigit() for c in word) or "-" in word or "_" in word:
+        return True
+    if "." in word and all(len(p) > 1 for p in word.split(".")):
+        return True
+    return any(a.islower() and b.isupper() for a, b in pairwise(word))
+
+
+def identifiers(text: str) -> frozenset[str]:
+    """Identifier words of ``text``, NFKC-normalised and casefolded."""
+    norm = unicodedata.normalize("NFKC", text)
+    return frozenset(m.group(0).casefold() for m in _WORD.finditer(norm) if _is_identifier(m[0]))
+
+
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def _holds_together(text: str, block_start: int, dot: int, after: int) -> bool:
+    """Whether the ``.`` at ``dot`` belongs to an abbreviation or an initial, not a sentence end.
+
+    ``after`` is the position of the whitespace that follows the terminator.
+    """
+    ws = dot - 1
+    while ws >= block_start and not text[ws].isspace():
+        ws -= 1
+    word = text[ws + 1 : dot].lstrip("([\"'“‘")
+    lower = word.casefold()
+    if lower in _ABBREVIATIONS or (len(word) == 1 and word.isupper()):
+        return True
+    if lower in _LOWERCASE_NEXT or lower in _DIGIT_NEXT:
+        nxt = after
+        while nxt < len(text) and text[nxt].isspace():
+            nxt += 1
+        if nxt >= len(text):
+            return False
+        return text[nxt].islower() if lower in _LOWERCASE_NEXT else text[nxt].isdigit()
+    return False
+
+
+def _split_block(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """Cut a paragraph or list item at sentence ends."""
+    out: list[tuple[int, int]] = []
+    cur = start
+    for m in _BOUNDARY.finditer(text, start, end):
+        if m.group(0).rstrip("\"'”’)]") == "." and _holds_together(text, start, m.start(), m.end()):
+            continue
+        out.append((cur, m.end()))
+        cur = m.end()
+    out.append((cur, end))
+    return out
+
+
+def _blocks(text: str) -> list[tuple[int, int, bool]]:
+    """Units of the text as (start, end, splittable): paragraphs and list items are split into
+    sentences later; table rows and code lines are kept whole."""
+    units: list[tuple[int, int, bool]] = []
+    block: list[int] = []  # [start, end] of the open paragraph or list item
+    in_fence = False
+
+    def flush() -> None:
+        if block:
+            units.append((block[0], block[1], True))
+            block.clear()
+
+    pos = 0
+    for raw in text.splitlines(keepends=True):
+        line_start = pos
+        pos += len(raw)
+        line = raw.rstrip("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
+        line_end = line_start + len(line)
+        stripped = line.strip()
+        if _FENCE.match(line):
+            flush()
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            if stripped:
+                units.append((line_start, line_end, False))
+            continue
+        if not stripped or _HEADING.match(line) or _RULE.match(line):
+            flush()
+            continue
+        if stripped.startswith("|"):
+            flush()
+            if _TABLE_SEPARATOR.match(stripped):
+                continue
+            s = line_start + line.index("|") + 1
+            e = _trim(text, s, line_end)[1]
+            if e > s and text[e - 1] == "|":
+                e -= 1
+            units.append((s, e, False))
+            continue
+        marker = _LIST_MARKER.match(line)
+        if marker:
+            flush()
+            block[:] = [line_start + marker.end(), line_end]
+            continue
+        quote = _QUOTE.match(line)
+        body_start = line_start + (quote.end() if quote else 0)
+        if block:
+            block[1] = line_end
+        else:
+            block[:] = [body_start, line_end]
+    flush()
+    return units
+
+
+def _cut_long(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """Cut a span of more than :data:`MAX_WORDS` words into balanced pieces at whitespace."""
+    tokens = list(_WS_TOKEN.finditer(text, start, end))
+    if len(tokens) <= MAX_WORDS:
+        return [(start, end)]
+    pieces = math.ceil(len(tokens) / MAX_WORDS)
+    size = math.ceil(len(tokens) / pieces)
+    return [
+        (tokens[i].start(), tokens[min(i + size, len(tokens)) - 1].end())
+        for i in range(0, len(tokens), size)
+    ]
+
+
+def _keep(fragment: str) -> bool:
+    if len(words(fragment)) >= MIN_WORDS:
+        return True
+    return bool(identifiers(fragment))
+
+
+def split_sentences(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` character offsets of the sentences of ``text``, in order.
+
+    ``text[start:end]`` is the sentence without surrounding whitespace, list markers or outer
+    table pipes. See the module docstring for the rules.
+    """
+    out: list[tuple[int, int]] = []
+    for start, end, splittable in _blocks(text):
+        spans = _split_block(text, start, end) if splittable else [(start, end)]
+        for s0, e0 in spans:
+            s, e = _trim(text, s0, e0)
+            if s >= e:
+                continue
+            for ps, pe in _cut_long(text, s, e):
+                if _keep(text[ps:pe]):
+                    out.append((ps, pe))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# selection
+
+
+@dataclass(frozen=True, slots=True)
+class _Scored:
+    sentence: Sentence
+    score: float
+    parts: dict[str, float]
+    matched: tuple[str, ...]
+    tokens: frozenset[str]
+
+
+def _sentences(hits: Sequence[Hit]) -> list[Sentence]:
+    out: list[Sentence] = []
+    for i, hit in enumerate(hits):
+        for start, end in split_sentences(hit.text):
+            text = " ".join(hit.text[start:end].split())
+            out.append(Sentence(i, hit.chunk_id, text, start, end))
+    return out
+
+
+def _cosines(encoder: Encoder, question: str, sentences: Sequence[Sentence]) -> list[float]:
+    """Cosine of each sentence with the question, from ONE batched encode call."""
+    vectors = np.asarray(encoder.encode([question, *(s.text for s in sentences)]))
+    if vectors.ndim != 2 or vectors.shape[0] != len(sentences) + 1:
+        raise ModelError(
+            f"encoder returned shape {vectors.shape} for {len(sentences) + 1} texts; "
+            f"expected ({len(sentences) + 1}, dim)"
+        )
+    sims = vectors[1:] @ vectors[0]
+    return [float(x) for x in sims]
+
+
+def select_sentences(
+    question: str,
+    hits: Sequence[Hit],
+    *,
+    encoder: Encoder | None = None,
+    idf: Mapping[str, float] | None = None,
+    max_sentences: int = 3,
+    max_per_hit: int = 2,
+    min_score: float = 0.0,
+) -> list[Selected]:
+    """The best ``max_sentences`` sentences of ``hits`` for ``question``, best first.
+
+    At most ``max_per_hit`` per hit; a sentence is skipped when it scores below ``min_score``,
+    matches no question term and has no positive cosine, or its analyzer token set overlaps an
+    already chosen sentence by more than :data:`NEAR_DUPLICATE_JACCARD`. Ties are broken by
+    (hit_index, start). ``idf`` weights question terms (missing terms weigh 1.0, negative ones
+    0). See the module docstring for the score.
+    """
+    if max_sentences < 0:
+        raise QueryError(f"max_sentences must be >= 0, got {max_sentences}")
+    if max_per_hit < 1:
+        raise QueryError(f"max_per_hit must be >= 1, got {max_per_hit}")
+    if not math.isfinite(min_score):
+        raise QueryError(f"min_score must be a finite number, got {min_score}")
+    if max_sentences == 0:
+        return []
+    sentences = _sentences(hits)
+    if not sentences:
+        return []
+
+    terms = query_terms(question, 1.0)
+    idf = idf or {}
+    weight = {t: q * max(0.0, idf.get(t, 1.0)) for t, q in terms.items()}
+    total = sum(weight.values())
+    asked = identifiers(question)
+    cosines = _cosines(encoder, question, sentences) if encoder is not None else None
+    weights = DENSE_WEIGHTS if encoder is not None else LEXICAL_WEIGHTS
+
+    scored: list[_Scored] = []
+    for n, sentence in enumerate(sentences):
+        tokens = frozenset(analyze(sentence.text))
+        matched = tuple(t for t in terms if t in tokens)
+        overlap = sum(weight[t] for t in matched) / total if total > 0 else 0.0
+        named = len(asked & identifiers(sentence.text)) / len(asked) if asked else 0.0
+        parts = {"term_overlap": weights["term_overlap"] * overlap}
+        cosine = 0.0
+        if cosines is not None:
+            cosine = max(0.0, cosines[n])
+            parts["cosine"] = weights["cosine"] * cosine
+        parts["chunk_rank"] = weights["chunk_rank"] / (1 + sentence.hit_index)
+        parts["identifier"] = IDENTIFIER_BONUS * named
+        score = sum(parts.values())
+        if (not matched and cosine <= 0.0) or score < min_score:
+            continue
+        scored.append(_Scored(sentence, score, parts, matched, tokens))
+
+    scored.sort(key=lambda s: (-s.score, s.sentence.hit_index, s.sentence.start))
+    chosen: list[_Scored] = []
+    per_hit: dict[int, int] = {}
+    for cand in scored:
+        if len(chosen) >= max_sentences:
+            break
+        if per_hit.get(cand.sentence.hit_index, 0) >= max_per_hit:
+            continue
+        if any(jaccard(cand.tokens, c.tokens) > NEAR_DUPLICATE_JACCARD for c in chosen):
+            continue
+        chosen.append(cand)
+        per_hit[cand.sentence.hit_index] = per_hit.get(cand.sentence.hit_index, 0) + 1
+    return [Selected(c.sentence, c.score, c.parts, c.matched) for c in chosen]
+
+
+def answer_text(selected: Sequence[Selected], citation_of: Mapping[int, int]) -> str:
+    """The selected sentences as one paragraph, in the order given, each followed by its
+    citation marker: ``"First sentence. [1] Second one. [2]"``.
+
+    ``citation_of`` maps a hit index to its citation number.
+    """
+    out: list[str] = []
+    for s in selected:
+        index = s.sentence.hit_index
+        if index not in citation_of:
+            raise QueryError(
+                f"no citation number for hit {index}; citation_of has {sorted(citation_of)}"
+            )
+        out.append(f"{s.sentence.text} [{citation_of[index]}]")
+    return " ".join(out)

@@ -1,0 +1,364 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from clew.compose.extract import (
+    DENSE_WEIGHTS,
+    IDENTIFIER_BONUS,
+    LEXICAL_WEIGHTS,
+    MAX_WORDS,
+    Selected,
+    Sentence,
+    answer_text,
+    select_sentences,
+    split_sentences,
+)
+from clew.errors import QueryError
+from clew.protocols import Encoder, Matrix
+from clew.testing.fakes import FakeHashEncoder
+from clew.types import Hit
+
+
+def hit(cid: str, text: str, score: float = 1.0) -> Hit:
+    return Hit(
+        chunk_id=cid,
+        doc_id=cid.split("#")[0],
+        title="",
+        text=text,
+        score=score,
+        metadata={},
+        contributions=(),
+    )
+
+
+def sentences(text: str) -> list[str]:
+    return [text[s:e] for s, e in split_sentences(text)]
+
+
+class CountingEncoder:
+    """FakeHashEncoder that records every batch it is asked to encode."""
+
+    def __init__(self) -> None:
+        self.inner = FakeHashEncoder()
+        self.calls: list[list[str]] = []
+
+    def encode(self, texts: Sequence[str]) -> Matrix:
+        self.calls.append(list(texts))
+        return self.inner.encode(texts)
+
+
+ERRORS = [
+    hit(
+        "payments#0",
+        "ERR-4412 means the card has expired and the retry is skipped. "
+        "Payments retry up to three times before giving up.",
+    ),
+    hit(
+        "payments#1",
+        "ERR-4413 means the card issuer declined the retry. "
+        "Contact the issuer before retrying the payment again.",
+    ),
+]
+
+
+# ------------------------------------------------------------------------------------------
+# split_sentences
+
+
+def test_splits_on_terminators_followed_by_whitespace() -> None:
+    text = "The pool grows on demand. Why does it shrink? It idles out! Then it is closed."
+    assert sentences(text) == [
+        "The pool grows on demand.",
+        "Why does it shrink?",
+        "It idles out!",
+        "Then it is closed.",
+    ]
+
+
+def test_offsets_point_into_the_text() -> None:
+    text = "  First sentence is here.\n\n  Second sentence is there.  "
+    spans = split_sentences(text)
+    assert spans == [(2, 25), (29, 54)]
+    assert [text[s:e] for s, e in spans] == ["First sentence is here.", "Second sentence is there."]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Retries back off, e.g. two seconds then four.",
+        "Use a stable key, i.e. the order id of the payment.",
+        "Sync vs. async clients behave the same way here.",
+        "See Fig. 3 for the full retry timeline.",
+        "Smith et al. measured the same latency drop.",
+        "Dr. Rivera approved the change to the pool.",
+        "Version v2.3.1 fixed the leak in the pool.",
+        "Median latency fell to 3.5 ms after the change.",
+        "The pool.max_size setting caps open connections.",
+        "Apples, pears, etc. and other fruit were listed.",
+    ],
+)
+def test_does_not_split_abbreviations_numbers_or_identifiers(text: str) -> None:
+    assert sentences(text) == [text]
+
+
+def test_etc_and_no_end_a_sentence_when_they_should() -> None:
+    text = "We logged it, etc. Then we left. The answer is no. See No. 5 for details."
+    assert sentences(text) == [
+        "We logged it, etc.",
+        "Then we left.",
+        "The answer is no.",
+        "See No. 5 for details.",
+    ]
+
+
+def test_closing_quotes_stay_with_their_sentence() -> None:
+    text = 'The log said "card declined." Then the retry stopped.'
+    assert sentences(text) == ['The log said "card declined."', "Then the retry stopped."]
+
+
+def test_markdown_blocks_headings_lists_and_tables() -> None:
+    text = (
+        "# Retry policy\n"
+        "\n"
+        "Payments are retried with backoff\n"
+        "between attempts. The cap is five tries.\n"
+        "\n"
+        "## Codes\n"
+        "- ERR-4412 is an expired card\n"
+        "- the issuer declined the retry\n"
+        "  after three attempts\n"
+        "2. numbered items work too\n"
+        "\n"
+        "| code | meaning of the code |\n"
+        "|------|:-------------------:|\n"
+        "| ERR-4413 | issuer declined |\n"
+        "---\n"
+        "```\n"
+        "pool.max_size = 10\n"
+        "```\n"
+    )
+    assert sentences(text) == [
+        "Payments are retried with backoff\nbetween attempts.",
+        "The cap is five tries.",
+        "ERR-4412 is an expired card",
+        "the issuer declined the retry\n  after three attempts",
+        "numbered items work too",
+        "code | meaning of the code",
+        "ERR-4413 | issuer declined",
+        "pool.max_size = 10",
+    ]
+
+
+def test_short_fragments_dropped_unless_they_hold_an_identifier() -> None:
+    text = "Yes. Done now. ERR-4413. See pool_size. The retry was declined."
+    assert sentences(text) == ["ERR-4413.", "See pool_size.", "The retry was declined."]
+
+
+def test_long_sentences_are_cut_into_pieces_of_at_most_max_words() -> None:
+    text = " ".join(f"word{i}" for i in range(150)) + "."
+    pieces = sentences(text)
+    assert len(pieces) == 3
+    assert all(len(p.split()) <= MAX_WORDS for p in pieces)
+    assert " ".join(pieces) == text
+
+
+@pytest.mark.parametrize("text", ["", "   \n\n  ", "# Only a heading\n", "|---|---|"])
+def test_nothing_to_split(text: str) -> None:
+    assert split_sentences(text) == []
+
+
+# ------------------------------------------------------------------------------------------
+# select_sentences
+
+
+def test_the_sentence_naming_the_asked_identifier_wins() -> None:
+    picked = select_sentences("What does ERR-4413 mean?", ERRORS)
+    top = picked[0]
+    assert top.sentence == Sentence(
+        hit_index=1,
+        chunk_id="payments#1",
+        text="ERR-4413 means the card issuer declined the retry.",
+        start=0,
+        end=50,
+    )
+    assert top.matched_terms == ("err-4413", "err", "4413", "mean")
+    assert top.parts["identifier"] == pytest.approx(IDENTIFIER_BONUS)
+    assert top.parts["term_overlap"] == pytest.approx(LEXICAL_WEIGHTS["term_overlap"])
+    assert "cosine" not in top.parts
+    # the ERR-4412 sentence shares only "err" and "mean": half the overlap, no bonus
+    other = next(s for s in picked if s.sentence.chunk_id == "payments#0")
+    assert other.parts["identifier"] == 0.0
+    assert other.score < top.score
+    assert [s.score for s in picked] == sorted((s.score for s in picked), reverse=True)
+
+
+def test_parts_sum_to_the_score() -> None:
+    for s in select_sentences("What does ERR-4413 mean?", ERRORS, encoder=FakeHashEncoder()):
+        assert sum(s.parts.values()) == pytest.approx(s.score)
+
+
+def test_sentences_without_matching_terms_are_skipped() -> None:
+    picked = select_sentences("What does ERR-4413 mean?", ERRORS, max_sentences=10)
+    assert all(s.matched_terms for s in picked)
+    assert "Payments retry up to three times before giving up." not in [
+        s.sentence.text for s in picked
+    ]
+
+
+def test_max_per_hit() -> None:
+    hits = [
+        hit(
+            "a#0",
+            "The retry cap is five attempts. The retry delay doubles each time. "
+            "A retry never runs after a decline.",
+        ),
+        hit("b#0", "Each retry is logged with its delay."),
+    ]
+    picked = select_sentences("retry delay", hits, max_sentences=3, max_per_hit=1)
+    assert [s.sentence.hit_index for s in picked] == [0, 1]
+    picked = select_sentences("retry delay", hits, max_sentences=3, max_per_hit=2)
+    assert sorted(s.sentence.hit_index for s in picked) == [0, 0, 1]
+
+
+def test_near_duplicate_sentences_are_skipped() -> None:
+    hits = [
+        hit("a#0", "The issuer declined the card retry today."),
+        hit("b#0", "Today the issuer declined the card retry!"),
+        hit("c#0", "A declined retry is not attempted again by the issuer."),
+    ]
+    picked = select_sentences("issuer declined retry", hits, max_sentences=3)
+    assert [s.sentence.chunk_id for s in picked] == ["a#0", "c#0"]
+
+
+def test_ties_broken_by_hit_then_position_and_results_are_deterministic() -> None:
+    hits = [hit("a#0", "The delay grows slowly. The delay resets daily. The delay is logged.")]
+    first = select_sentences("delay", hits, max_sentences=3, max_per_hit=3)
+    assert [s.sentence.start for s in first] == [0, 24, 48]
+    again = select_sentences("delay", hits, max_sentences=3, max_per_hit=3)
+    assert again == first
+    enc = select_sentences("What does ERR-4413 mean?", ERRORS, encoder=FakeHashEncoder())
+    assert enc == select_sentences("What does ERR-4413 mean?", ERRORS, encoder=FakeHashEncoder())
+
+
+def test_earlier_hits_win_ties_through_the_rank_prior() -> None:
+    hits = [hit("a#0", "The retry delay doubles."), hit("b#0", "The retry delay grows.")]
+    picked = select_sentences("retry delay", hits)
+    assert [s.sentence.hit_index for s in picked] == [0, 1]
+    assert picked[0].parts["chunk_rank"] == pytest.approx(2 * picked[1].parts["chunk_rank"])
+
+
+def test_idf_weights_the_overlap() -> None:
+    hits = [
+        hit("a#0", "The payment settles overnight in batches."),
+        hit("b#0", "A chargeback reverses the settled funds."),
+    ]
+    plain = select_sentences("payment chargeback", hits)
+    assert plain[0].sentence.chunk_id == "a#0"  # equal overlap, the rank prior decides
+    weighted = select_sentences("payment chargeback", hits, idf={"payment": 0.2, "chargeback": 3.0})
+    assert weighted[0].sentence.chunk_id == "b#0"
+    assert weighted[0].parts["term_overlap"] == pytest.approx(
+        LEXICAL_WEIGHTS["term_overlap"] * 3.0 / 3.2
+    )
+
+
+def test_encoder_path_uses_one_batched_call() -> None:
+    encoder = CountingEncoder()
+    assert isinstance(encoder, Encoder)
+    picked = select_sentences("What does ERR-4413 mean?", ERRORS, encoder=encoder)
+    assert len(encoder.calls) == 1
+    batch = encoder.calls[0]
+    assert batch[0] == "What does ERR-4413 mean?"
+    assert len(batch) == 1 + sum(len(split_sentences(h.text)) for h in ERRORS)
+    top = picked[0]
+    assert top.sentence.text == "ERR-4413 means the card issuer declined the retry."
+    assert set(top.parts) == {"term_overlap", "cosine", "chunk_rank", "identifier"}
+    assert 0.0 < top.parts["cosine"] <= DENSE_WEIGHTS["cosine"]
+    assert top.parts["term_overlap"] == pytest.approx(DENSE_WEIGHTS["term_overlap"])
+
+
+class ConstantEncoder:
+    """Every text gets the same unit vector: cosine 1 everywhere (or 0 with ``orthogonal``)."""
+
+    def __init__(self, orthogonal: bool = False) -> None:
+        self.orthogonal = orthogonal
+
+    def encode(self, texts: Sequence[str]) -> Matrix:
+        out = np.zeros((len(texts), 2), dtype=np.float32)
+        out[:, 0] = 1.0
+        if self.orthogonal:
+            out[1:] = np.array([0.0, 1.0], dtype=np.float32)
+        return out
+
+
+def test_encoder_can_select_a_sentence_with_no_term_overlap() -> None:
+    hits = [hit("a#0", "Issuer declines are final for the card.")]
+    assert select_sentences("refund window", hits) == []
+    picked = select_sentences("refund window", hits, encoder=ConstantEncoder())
+    assert len(picked) == 1
+    assert picked[0].matched_terms == ()
+    assert picked[0].parts["cosine"] == pytest.approx(DENSE_WEIGHTS["cosine"])
+    assert picked[0].parts["term_overlap"] == 0.0
+    # no overlap and no positive cosine: skipped, whatever the rank prior says
+    assert select_sentences("refund window", hits, encoder=ConstantEncoder(True)) == []
+
+
+def test_min_score() -> None:
+    picked = select_sentences("What does ERR-4413 mean?", ERRORS, min_score=1.0)
+    assert [s.sentence.hit_index for s in picked] == [1]
+    assert select_sentences("What does ERR-4413 mean?", ERRORS, min_score=5.0) == []
+
+
+def test_empty_inputs() -> None:
+    assert select_sentences("What does ERR-4413 mean?", []) == []
+    assert select_sentences("anything", [hit("a#0", ""), hit("b#0", "# Heading")]) == []
+    assert select_sentences("", ERRORS) == []
+    assert select_sentences("the of and", ERRORS) == []  # only stop words
+    assert select_sentences("What does ERR-4413 mean?", ERRORS, max_sentences=0) == []
+    encoder = CountingEncoder()
+    assert select_sentences("retry", [hit("a#0", "")], encoder=encoder) == []
+    assert encoder.calls == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_sentences": -1}, "max_sentences"),
+        ({"max_per_hit": 0}, "max_per_hit"),
+        ({"min_score": float("nan")}, "min_score"),
+    ],
+)
+def test_bad_parameters(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(QueryError, match=message):
+        select_sentences("retry", ERRORS, **kwargs)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------
+# answer_text
+
+
+def _selected(hit_index: int, text: str) -> Selected:
+    return Selected(Sentence(hit_index, f"c#{hit_index}", text, 0, len(text)), 1.0, {}, ())
+
+
+def test_answer_text_formats_a_paragraph_with_citations() -> None:
+    selected = [_selected(1, "ERR-4413 means a decline."), _selected(0, "Retries stop after it.")]
+    assert (
+        answer_text(selected, {0: 2, 1: 1})
+        == "ERR-4413 means a decline. [1] Retries stop after it. [2]"
+    )
+    assert answer_text([], {}) == ""
+
+
+def test_answer_text_end_to_end() -> None:
+    picked = select_sentences("What does ERR-4413 mean?", ERRORS, max_sentences=1)
+    assert answer_text(picked, {0: 1, 1: 2}) == (
+        "ERR-4413 means the card issuer declined the retry. [2]"
+    )
+
+
+def test_answer_text_missing_citation() -> None:
+    with pytest.raises(QueryError, match="no citation number for hit 1"):
+        answer_text([_selected(1, "A sentence here.")], {0: 1})
