@@ -25,6 +25,9 @@ demo: $(STAMP)
 	$(BIN)/clew search "ERR-4413" --index $(INDEX) --k 3 --explain
 	$(BIN)/clew search "customer was billed twice" --index $(INDEX) --k 3 --explain
 	$(BIN)/clew search "what else broke after the pgbouncer migration" --index $(INDEX) --k 3 --explain
+	$(BIN)/clew ask "What does ERR-4413 mean?" --index $(INDEX)
+	$(BIN)/clew ask "which services are affected if pgbouncer-core runs out of connections" --index $(INDEX) --expand --rerank features
+	$(BIN)/clew ask "Which volcano erupted in Iceland in 2010?" --index $(INDEX)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -49,10 +52,11 @@ bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/lexical.py
+	$(BIN)/python bench/pipeline.py
 
 # Quality on ../shared/data (ablations, oracle, gates in eval/gates.yaml) -> bench/results/quality.md
 eval: $(STAMP)
-	$(BIN)/python bench/quality.py
+	$(BIN)/python bench/quality.py --feature-model eval/features-scifact.json
 
 clean:
 	rm -rf $(INDEX) bench/.work .pytest_cache .mypy_cache .ruff_cache

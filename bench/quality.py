@@ -5,6 +5,15 @@ settings, then cached), checks ``eval/gates.yaml`` and writes ``bench/results/qu
 one JSON file per dataset. Exit status 1 when a gate fails.
 
     python bench/quality.py [--datasets scifact nfcorpus ...] [--limit N]
+                            [--feature-model FILE] [--rerank-model DIR]
+
+Rows: each leg alone, hybrid RRF, the default (hybrid + graph, routed), ``+expand`` (graph
+expansion on every query), ``+rerank-blend`` (the untrained feature blend), and
+``+rerank-features`` / ``+rerank-ce`` when their trained model is given (``clew
+train-reranker``; both are trained on the SciFact *train* split). The "reranker rule" table
+shows, per slice, each reranker's change against the default on the gate metric (nDCG@10 for
+SciFact and NFCorpus, Recall@5 for the multi-hop sets): a reranker joins the default preset
+only if no slice drops by more than 0.01.
 """
 
 from __future__ import annotations
@@ -55,6 +64,27 @@ def markdown(result: EvalResult, reasons: list[str]) -> str:
             )
     lines += [
         "",
+        "Post-fusion stages (all queries; p50 / p95 ms of the stage itself) and context tokens "
+        "per query (top 10 hits; assembled from the top 20 with and without the near-duplicate "
+        "skip):",
+        "",
+        "| config | expand | rerank | assemble | tokens top 10 | assembled | without diversity |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in result.runs:
+        stage = []
+        for name in ("expand", "rerank", "assemble"):
+            st = run.latency_ms.get(name)
+            stage.append("-" if st is None else f"{st['p50']:.1f} / {st['p95']:.1f}")
+        row = run.slices["all"]
+        lines.append(
+            f"| {run.name} | "
+            + " | ".join(stage)
+            + f" | {row.get('context_tokens', 0):.0f} | {row.get('assembled_tokens', 0):.0f} | "
+            f"{row.get('undiversified_tokens', 0):.0f} |"
+        )
+    lines += [
+        "",
         "Oracle (share of relevant documents in each leg's candidates, in any leg's, "
         "and kept in the fused top 10) and legs run per slice, default preset:",
         "",
@@ -65,9 +95,40 @@ def markdown(result: EvalResult, reasons: list[str]) -> str:
         lines.append(
             f"- {s}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()) + f"; legs run: {ran}"
         )
+    lines += rule_table(result)
     lines += ["", "Gates: " + ("pass" if not reasons else "FAIL"), ""]
     lines += [f"- {r}" for r in reasons]
     return "\n".join(lines) + "\n"
+
+
+RULE_METRIC = {"scifact": "ndcg@10", "nfcorpus": "ndcg@10"}
+RULE_LIMIT = 0.01
+
+
+def rule_table(result: EvalResult) -> list[str]:
+    """Per slice: each post-fusion row's change against the default on the gate metric."""
+    metric = RULE_METRIC.get(result.dataset, "recall@5")
+    runs = {r.name: r for r in result.runs}
+    extra = [n for n in runs if n.startswith("+")]
+    if "default" not in runs or not extra:
+        return []
+    base = runs["default"].slices
+    lines = [
+        "",
+        f"Reranker rule ({metric}, change against default; a drop over {RULE_LIMIT} in any "
+        "slice keeps a row out of the default preset):",
+        "",
+        "| slice | default | " + " | ".join(extra) + " |",
+        "|---|---|" + "---|" * len(extra),
+    ]
+    for s, row in base.items():
+        cells = []
+        for name in extra:
+            delta = runs[name].slices[s].get(metric, 0.0) - row.get(metric, 0.0)
+            mark = " ✗" if delta < -RULE_LIMIT else ""
+            cells.append(f"{delta:+.4f}{mark}")
+        lines.append(f"| {s} | {row.get(metric, 0.0):.4f} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def main() -> int:
@@ -77,6 +138,10 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=None, help="first N queries only")
     parser.add_argument("--gates", type=Path, default=ROOT / "eval" / "gates.yaml")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument(
+        "--feature-model", help="feature weights (clew train-reranker --kind features)"
+    )
+    parser.add_argument("--rerank-model", help="cross-encoder directory (clew train-reranker)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     gates = load_gates(args.gates)
@@ -87,7 +152,12 @@ def main() -> int:
         dataset = load_dataset(args.data / name, "test")
         if args.limit:
             dataset = dataset.subset(args.limit)
-        result = run_eval(dataset, configs_for([], True), progress=True)
+        models = {}
+        if args.feature_model:
+            models["features"] = args.feature_model
+        if args.rerank_model:
+            models["cross-encoder"] = args.rerank_model
+        result = run_eval(dataset, configs_for([], True, models=models), progress=True)
         reasons = check_gates(gates, result.dataset, result.table())
         failed |= bool(reasons)
         data = result.to_dict(per_query=False)
@@ -101,8 +171,11 @@ def main() -> int:
         "# Retrieval quality on the shared datasets",
         "",
         "Default preset = hybrid RRF + graph with the router, no reranker. Documents are ranked "
-        "by their best chunk. Each dataset: every leg alone, hybrid RRF without graph, and "
-        "hybrid + graph (default). Latency is per query, in process, 2-core machine.",
+        "by their best chunk. Each dataset: every leg alone, hybrid RRF without graph, "
+        "hybrid + graph (default), then graph expansion and each reranker on top of the "
+        "default. Latency is per query, in process, 2-core machine. Context tokens: the "
+        "assembler over the top 20 hits (3,200-token budget), with and without the "
+        "near-duplicate skip.",
         "",
         f"Reproduce: `make eval` (= `python bench/quality.py`), {time.strftime('%Y-%m-%d')}, "
         f"{time.time() - started:.0f} s including index builds that were not cached.",

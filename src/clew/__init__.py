@@ -1,11 +1,13 @@
 """clew: explainable hybrid retrieval (BM25 + dense + knowledge graph) with provenance."""
 
+from clew.compose.answer import Answer, Citation
 from clew.config import PRESETS, EngineConfig, preset_config
 from clew.errors import (
     ClewError,
     ConfigError,
     FilterError,
     IndexNotFoundError,
+    LLMError,
     LoadError,
     ModelError,
     QueryError,
@@ -13,15 +15,20 @@ from clew.errors import (
 )
 from clew.filters import parse_filter
 from clew.ingest.analyze import ANALYZER_VERSION, analyze
-from clew.retrieve.engine import Engine
+from clew.protocols import Encoder, RerankCandidate, Reranker, RerankScores
+from clew.retrieve.engine import Engine, Replay
 from clew.types import (
     Chunk,
     Concept,
     Contribution,
     Document,
+    ExpansionPath,
     GraphTrail,
     Hit,
     IngestReport,
+    PathStep,
+    RerankNote,
+    RerankStatus,
     Route,
     SearchResult,
 )
@@ -31,22 +38,34 @@ __version__ = "0.1.0"
 __all__ = [
     "ANALYZER_VERSION",
     "PRESETS",
+    "Answer",
     "Chunk",
+    "Citation",
     "ClewError",
     "Concept",
     "ConfigError",
     "Contribution",
     "Document",
+    "Encoder",
     "Engine",
     "EngineConfig",
+    "ExpansionPath",
     "FilterError",
     "GraphTrail",
     "Hit",
     "IndexNotFoundError",
     "IngestReport",
+    "LLMError",
     "LoadError",
     "ModelError",
+    "PathStep",
     "QueryError",
+    "Replay",
+    "RerankCandidate",
+    "RerankNote",
+    "RerankScores",
+    "RerankStatus",
+    "Reranker",
     "Route",
     "SearchResult",
     "StoreError",

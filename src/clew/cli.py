@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from clew.config import PRESETS, EngineConfig, preset_config
+from clew.config import ANSWER_MODES, PRESETS, RERANKERS, EngineConfig, preset_config
 from clew.errors import ClewError, ConfigError
 from clew.types import SearchResult
 
@@ -43,10 +43,82 @@ def _parser() -> argparse.ArgumentParser:
     se.add_argument("query")
     common(se)
     se.add_argument("--k", type=int, default=None, help="number of hits (default 10)")
-    se.add_argument("--filter", help='access filter as JSON, e.g. {"audience": "public"}')
-    se.add_argument("--preset", choices=sorted(PRESETS), default=None)
-    se.add_argument("--json", action="store_true", help="print one JSON object")
     se.add_argument("--explain", action="store_true", help="print contributions per hit")
+
+    def stages(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--filter", help='access filter as JSON, e.g. {"audience": "public"}')
+        sp.add_argument("--preset", choices=sorted(PRESETS), default=None)
+        sp.add_argument("--json", action="store_true", help="print one JSON object")
+        sp.add_argument(
+            "--expand",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="graph expansion from the top fused hits (default: as configured)",
+        )
+        sp.add_argument("--rerank", choices=RERANKERS, help="reranker (default: as configured)")
+        sp.add_argument(
+            "--rerank-model", help="cross-encoder directory, feature weights file, or LLM model"
+        )
+
+    stages(se)
+
+    ask = sub.add_parser("ask", help="answer a question with citations (or abstain)")
+    ask.add_argument("question")
+    common(ask)
+    ask.add_argument(
+        "--k", type=int, default=None, help="hits considered for the context (default 20)"
+    )
+    ask.add_argument("--mode", choices=ANSWER_MODES, help="extractive (default) or generative")
+    stages(ask)
+
+    rp = sub.add_parser("replay", help="re-run a traced search or ask and report differences")
+    rp.add_argument("trace_id", nargs="?", help="trace id (default: list the newest traces)")
+    common(rp)
+    rp.add_argument("--json", action="store_true")
+
+    tr = sub.add_parser(
+        "train-reranker", help="train a reranker on a BEIR train split (hard negatives mined)"
+    )
+    tr.add_argument("--dataset", required=True, help="BEIR-layout directory")
+    tr.add_argument("--split", default="train")
+    tr.add_argument("--out", required=True, help="output directory")
+    tr.add_argument("--kind", choices=("cross-encoder", "features"), default="cross-encoder")
+    tr.add_argument("--index", help="index directory (default: the eval cache for the corpus)")
+    tr.add_argument("--limit", type=int, default=None, help="use the first N queries only")
+    # defaults: the recipe measured in bench/results/quality.md (about 22 min on 2 cores)
+    tr.add_argument("--epochs", type=int, default=2)
+    tr.add_argument("--max-length", type=int, default=128, help="tokens per (query, passage)")
+    tr.add_argument("--group-size", type=int, default=4, help="1 positive + N-1 negatives")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (default 1e-4)")
+    tr.add_argument("--config", help="YAML config file (sections of EngineConfig)")
+    tr.add_argument("--no-progress", action="store_true")
+
+    ca = sub.add_parser("calibrate", help="fit the abstention threshold on a BEIR split")
+    ca.add_argument("--dataset", required=True, help="BEIR-layout directory")
+    ca.add_argument("--split", default="train")
+    ca.add_argument("--out", help="calibration JSON file to write")
+    ca.add_argument(
+        "--check",
+        metavar="FILE",
+        help='instead of fitting: measure how this calibration file ("" = shipped) separates '
+        "the split's queries from their evidence-removed versions",
+    )
+    ca.add_argument("--index", help="index directory (default: the eval cache for the corpus)")
+    ca.add_argument("--limit", type=int, default=None, help="sample N queries")
+    ca.add_argument("--config", help="YAML config file (e.g. another embedder.model)")
+    ca.add_argument(
+        "--unrelated",
+        help="a BEIR dataset whose queries this corpus cannot answer (extra negatives)",
+    )
+    ca.add_argument("--save-evidence", help="also write the evidence features to this JSON file")
+    ca.add_argument(
+        "--answer-rate",
+        type=float,
+        default=0.9,
+        help="threshold answers this share of answerable queries (default 0.9; 0 = balanced)",
+    )
+    ca.add_argument("--no-progress", action="store_true")
 
     de = sub.add_parser("delete", help="remove documents from every leg")
     de.add_argument("doc_ids", nargs="+")
@@ -68,15 +140,17 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument(
         "--preset",
         action="append",
-        choices=sorted(PRESETS),
+        choices=[*sorted(PRESETS), "+expand", "+rerank-blend", "+rerank-features", "+rerank-ce"],
         default=[],
-        help="preset to evaluate (repeatable; default: default)",
+        help="preset or extra row to evaluate (repeatable; default: default)",
     )
     ev.add_argument(
         "--ablate",
         action="store_true",
-        help="lexical, dense, graph alone, hybrid RRF, hybrid + graph",
+        help="lexical, dense, graph alone, hybrid RRF, hybrid + graph, +expand, +rerank-*",
     )
+    ev.add_argument("--rerank-model", help="cross-encoder directory for the +rerank-ce row")
+    ev.add_argument("--feature-model", help="feature weights for the +rerank-features row")
     ev.add_argument("--split", default="test")
     ev.add_argument("--k", type=int, default=10, help="cut-off for context tokens (default 10)")
     ev.add_argument("--limit", type=int, default=None, help="evaluate the first N queries only")
@@ -105,9 +179,21 @@ def _config(args: argparse.Namespace) -> EngineConfig:
     preset = getattr(args, "preset", None)
     if preset and args.config:
         raise ConfigError("give either --preset or --config (whose 'preset:' key picks the base)")
-    if args.config:
-        return EngineConfig.from_yaml(args.config)
-    return preset_config(preset) if preset else EngineConfig()
+    config = (
+        EngineConfig.from_yaml(args.config)
+        if args.config
+        else (preset_config(preset) if preset else EngineConfig())
+    )
+    overrides: dict[str, dict[str, Any]] = {}
+    if getattr(args, "expand", None) is not None:
+        overrides["expand"] = {"enabled": args.expand}
+    if getattr(args, "rerank", None):
+        overrides["rerank"] = {"kind": args.rerank}
+    if getattr(args, "rerank_model", None):
+        overrides.setdefault("rerank", {})["model"] = args.rerank_model
+    if getattr(args, "mode", None):
+        overrides["answer"] = {"mode": args.mode}
+    return config.with_overrides(**overrides) if overrides else config
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -115,6 +201,8 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.command == "eval":
         return _eval(args)
+    if args.command in ("train-reranker", "calibrate"):
+        return _train(args)
     config = _config(args)
     if args.command == "ingest":
         with Engine(args.index, config, create=True) as engine:
@@ -130,16 +218,167 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     with Engine(args.index, config) as engine:
         if args.command == "search":
-            result = engine.search(args.query, k=args.k, filter=args.filter, preset=args.preset)
+            result = engine.search(args.query, k=args.k, filter=args.filter, config=config)
             if args.json:
                 print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
             else:
                 print(render(result, explain=args.explain))
+        elif args.command == "ask":
+            answer = engine.ask(args.question, k=args.k, filter=args.filter, config=config)
+            if args.json:
+                print(json.dumps(answer.to_dict(), indent=2, ensure_ascii=False))
+            else:
+                print(render_answer(answer))
+        elif args.command == "replay":
+            return _replay(engine, args)
         elif args.command == "delete":
             release = engine.delete(args.doc_ids)
             print(f"deleted {len(args.doc_ids)} document(s); release {release}")
         elif args.command == "stats":
             print(json.dumps(engine.stats(), indent=2))
+    return 0
+
+
+def _replay(engine: Any, args: argparse.Namespace) -> int:
+    from clew.trace import TraceStore
+
+    if not args.trace_id:
+        store = TraceStore(engine.directory)
+        ids = store.latest(20)
+        for tid in ids:
+            t = store.read(tid)
+            print(f"{tid}  {t.get('created_at', '')}  {t.get('kind', '')}  {t.get('query', '')!r}")
+        if not ids:
+            print("no traces yet")
+        return 0
+    report = engine.replay(args.trace_id)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "trace_id": report.trace_id,
+                    "identical": report.identical,
+                    "release_then": report.release_then,
+                    "release_now": report.release_now,
+                    "differences": list(report.differences),
+                },
+                indent=2,
+            )
+        )
+    else:
+        moved = (
+            f" (the index moved from release {report.release_then} to {report.release_now})"
+            if report.release_then != report.release_now
+            else f" (release {report.release_now})"
+        )
+        if report.identical:
+            print(f"replay of {report.trace_id}: identical{moved}")
+        else:
+            print(f"replay of {report.trace_id}: {len(report.differences)} difference(s){moved}")
+            for d in report.differences:
+                print(f"  {d}")
+    return 0 if report.identical else 1
+
+
+def _train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from clew.eval.datasets import load_dataset
+    from clew.eval.runner import open_index
+    from clew.eval.train import (
+        abstention_evidence,
+        calibrate,
+        check_calibration,
+        mine_examples,
+        train_features,
+        unrelated_evidence,
+    )
+
+    dataset = load_dataset(args.dataset, args.split)
+    if args.limit is not None:
+        if args.limit < 1:
+            raise ClewError(f"--limit {args.limit} is invalid; allowed: >= 1")
+        if args.command == "train-reranker":
+            dataset = dataset.subset(args.limit)
+    progress = not args.no_progress
+    unrelated: list[str] = []
+    if getattr(args, "unrelated", None):
+        others = load_dataset(args.unrelated, "test")
+        unrelated = [q.text for q in others.queries][: args.limit or None]
+    config = EngineConfig.from_yaml(args.config) if args.config else EngineConfig()
+    engine = open_index(dataset, config, args.index, progress=progress)
+    try:
+        if args.command == "calibrate" and args.check is not None:
+            from clew.compose.answer import load_calibration
+
+            cal = load_calibration(args.check)
+            pos, neg = abstention_evidence(
+                engine, dataset, config, limit=args.limit, progress=progress
+            )
+            far = unrelated_evidence(engine, unrelated, config, progress=progress)
+            checked = check_calibration(cal, pos, neg, far)
+            print(json.dumps({"calibration": args.check or "shipped", **checked}, indent=2))
+            return 0
+        if not args.out:
+            raise ConfigError("--out is required (or --check FILE for calibrate)")
+        out = Path(args.out)
+        if args.command == "calibrate":
+            evidence: dict[str, Any] = {}
+            cal = calibrate(
+                engine,
+                dataset,
+                config,
+                unrelated=unrelated,
+                answer_rate=args.answer_rate or None,
+                limit=args.limit,
+                progress=progress,
+                evidence=evidence,
+            )
+            if args.save_evidence:
+                Path(args.save_evidence).write_text(json.dumps(evidence), encoding="utf-8")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(cal.to_json(), indent=2) + "\n", encoding="utf-8")
+            info = cal.info
+            print(
+                f"calibration written to {out}: threshold {cal.threshold:.4f}, balanced accuracy "
+                f"{info.get('balanced_accuracy')} on {info.get('queries')} queries × 2"
+            )
+            return 0
+        if args.kind == "features":
+            model = train_features(engine, dataset, config, progress=progress)
+            out.mkdir(parents=True, exist_ok=True)
+            target = out / "clew-features.json"
+            from clew.retrieve.rerank import FORMAT
+
+            target.write_text(json.dumps(model.to_json(FORMAT), indent=2) + "\n", encoding="utf-8")
+            weights = ", ".join(
+                f"{n} {w:+.3f}" for n, w in zip(model.features, model.weights, strict=True)
+            )
+            print(f"feature weights written to {target}: {weights}")
+            return 0
+        from clew.models.reranker import TrainExample, train_cross_encoder
+
+        examples = [
+            TrainExample(q, pos, neg)
+            for q, pos, neg in mine_examples(engine, dataset, config, progress=progress)
+        ]
+    finally:
+        engine.close()
+    report = train_cross_encoder(
+        examples,
+        out,
+        epochs=args.epochs,
+        group_size=args.group_size,
+        max_length=args.max_length,
+        lr=args.lr,
+        seed=args.seed,
+        progress=progress,
+    )
+    print(
+        f"cross-encoder written to {report.out_dir}: {report.groups} groups from "
+        f"{report.examples} queries, {report.steps} steps, final loss {report.final_loss:.4f}, "
+        f"{report.seconds:.0f} s"
+    )
     return 0
 
 
@@ -157,7 +396,22 @@ def _eval(args: argparse.Namespace) -> int:
         dataset = dataset.subset(args.limit)
     gates = load_gates(args.gate) if args.gate else ()
     base = EngineConfig.from_yaml(args.config) if args.config else None
-    configs = configs_for(args.preset, args.ablate, base)
+    models = {}
+    if args.rerank_model:
+        models["cross-encoder"] = args.rerank_model
+    if args.feature_model:
+        models["features"] = args.feature_model
+    missing = [
+        name
+        for name, key in (("+rerank-ce", "cross-encoder"), ("+rerank-features", "features"))
+        if name in args.preset and key not in models
+    ]
+    if missing:
+        raise ConfigError(
+            f"{missing[0]} needs its model: give --rerank-model DIR (cross-encoder) or "
+            "--feature-model FILE (features)"
+        )
+    configs = configs_for(args.preset, args.ablate, base, models)
     result = run_eval(dataset, configs, index=args.index, k=args.k, progress=not args.no_progress)
     if args.run_out:
         out = Path(args.run_out)
@@ -207,6 +461,63 @@ def render(result: SearchResult, *, explain: bool = False) -> str:
             lines.append(_table(hit.contributions, hit.graph, hit.duplicates, hit.metadata))
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def render_answer(answer: Any) -> str:
+    """Readable text for an answer: the answer, its citations and why each was chosen."""
+    lines = [answer.answer, ""]
+    if answer.fallback:
+        lines += [f"(generative answer failed, extractive shown: {answer.fallback})", ""]
+    lines.append(
+        f"confidence {answer.confidence:.2f} (abstains below {answer.threshold:.2f})"
+        + ("  → abstained" if answer.abstained else "")
+    )
+    if answer.abstained and answer.nearest:
+        lines.append("nearest misses:")
+        for h in answer.nearest:
+            lines.append(f"  - {h.title} [{h.chunk_id}] score {h.score:.4f}")
+    for c in answer.citations:
+        lines.append(f"[{c.n}] {c.title} — {c.url}  ({c.chunk_id})")
+        for step in c.why.get("trail", []):
+            lines.append(f"      why: {_trail_text(step)}")
+        legs = ", ".join(
+            f"{x['leg']} #{x['rank']}" for x in c.why.get("legs", []) if x["leg"] != "rerank"
+        )
+        lines.append(f"      found by: {legs}")
+        rr = c.why.get("rerank")
+        if rr:
+            lines.append(f"      reranker {rr['reranker']}: rank {rr['before']} → {rr['after']}")
+    dropped: dict[str, int] = {}
+    for d in answer.context.dropped:
+        dropped[d.reason] = dropped.get(d.reason, 0) + 1
+    lines.append(
+        f"context: {len(answer.context.kept)} chunks, {answer.context.tokens} tokens; dropped "
+        + (", ".join(f"{n} {r}" for r, n in sorted(dropped.items())) or "none")
+    )
+    if answer.trace_id:
+        lines.append(f"trace: {answer.trace_id}  (clew replay {answer.trace_id} --index ...)")
+    return "\n".join(lines) + "\n"
+
+
+def _trail_text(step: dict[str, Any]) -> str:
+    end = f"chunk {step['chunk']} → document {step['document']}"
+    kind = step.get("from")
+    if kind == "query terms":
+        return f"query terms {', '.join(step['terms'])} → {end}"
+    if kind == "meaning":
+        return f"embedding similarity (cosine {step['cosine']}) → {end}"
+    if kind == "linked concepts":
+        edges = " → ".join(
+            e["edge"] + (f" ({', '.join(e['via'])})" if e.get("via") else "") for e in step["edges"]
+        )
+        return f"concepts {', '.join(step['concepts'])} → {edges} → {end}"
+    if kind == "graph expansion":
+        edges = " → ".join(
+            f"{e['edge']}{' ' + repr(e['via']) if e['via'] else ''} → {e['to']}"
+            for e in step["edges"]
+        )
+        return f"seed {step['seed']} → {edges} → document {step['document']}"
+    return json.dumps(step)
 
 
 def _table(

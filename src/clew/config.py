@@ -152,10 +152,13 @@ class RouterConfig:
     question_graph_weight: float = 0.3
     quoted_lexical_boost: float = 1.3
     global_graph_weight: float = 0.8
+    relation_expand: bool = True
+    """A relation cue ("what else", "caused by", "after") with a linked concept turns graph
+    expansion on for that query, even when ``expand.enabled`` is off."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            if f.name != "enabled":
+            if f.name not in ("enabled", "relation_expand"):
                 value = getattr(self, f.name)
                 _check(0.0 <= value <= 10.0, f"router.{f.name}", value, "0.0..10.0")
 
@@ -192,6 +195,111 @@ class AssembleConfig:
         )
         _check(0.0 < self.jaccard <= 1.0, "assemble.jaccard", self.jaccard, "(0, 1]")
         _check(0.0 <= self.floor <= 1.0, "assemble.floor", self.floor, "0.0..1.0")
+
+
+@dataclass(frozen=True, slots=True)
+class ExpandConfig:
+    """Graph expansion from the top fused seeds (after fusion, before reranking)."""
+
+    enabled: bool = False
+    seeds: int = 10
+    """Top fused hits the walk starts from (and the frontier size of the second hop)."""
+    max_hops: int = 2
+    """Chunk-to-chunk steps from a seed: 1 or 2, never unbounded."""
+    hop_penalty: float = 0.5
+    """Score multiplier per hop: a chunk at h hops scores at most seed × hop_penalty**h."""
+    max_nodes: int = 200
+    """Most chunks expansion may add or lift."""
+    max_concept_chunks: int = 100
+    """A concept more allowed chunks mention than this is too common to link through."""
+    mention_weight: float = 1.0
+    """Edge weight of a shared concept (× its idf share over the allowed chunks)."""
+    next_weight: float = 1.0
+    """Edge weight of the adjacent chunk of the same document."""
+    link_weight: float = 1.0
+    """Edge weight of a chunk of a linked (or linking) document; later chunks get half."""
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.seeds <= 1_000, "expand.seeds", self.seeds, "1..1000")
+        _check(self.max_hops in (1, 2), "expand.max_hops", self.max_hops, "1 or 2")
+        _check(0.0 < self.hop_penalty < 1.0, "expand.hop_penalty", self.hop_penalty, "(0, 1)")
+        _check(1 <= self.max_nodes <= 10_000, "expand.max_nodes", self.max_nodes, "1..10000")
+        _check(
+            2 <= self.max_concept_chunks <= 1_000_000,
+            "expand.max_concept_chunks",
+            self.max_concept_chunks,
+            "2..1000000",
+        )
+        for name in ("mention_weight", "next_weight", "link_weight"):
+            value = getattr(self, name)
+            _check(0.0 <= value <= 1.0, f"expand.{name}", value, "0.0..1.0")
+
+
+RERANKERS = ("none", "features", "cross-encoder", "llm")
+
+
+@dataclass(frozen=True, slots=True)
+class RerankConfig:
+    """Which reranker runs on the top of the pool, and how much of it."""
+
+    kind: str = "none"
+    """``none``, ``features`` (explainable, no LLM), ``cross-encoder`` or ``llm`` (grader)."""
+    model: str = ""
+    """cross-encoder: a model directory or cached hub name; features: a weights file from
+    ``clew train-reranker --kind features`` ("" = the untrained blend); llm: the model name."""
+    pool: int = 40
+    """Candidates the reranker scores (the top of the fused, expanded list)."""
+    keep: int = 8
+    """Reranked candidates placed first; the rest of the pool follows in fused order."""
+    batch_size: int = 16
+    max_length: int = 0
+    """Cross-encoder truncation in tokens; 0 = the model's own limit."""
+    base_url: str = ""
+    """llm: an OpenAI-compatible endpoint (the key comes from CLEW_LLM_API_KEY, never config)."""
+    timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        _check(self.kind in RERANKERS, "rerank.kind", self.kind, ", ".join(RERANKERS))
+        _check(1 <= self.pool <= 1_000, "rerank.pool", self.pool, "1..1000")
+        _check(1 <= self.keep <= self.pool, "rerank.keep", self.keep, f"1..pool ({self.pool})")
+        _check(1 <= self.batch_size <= 1_024, "rerank.batch_size", self.batch_size, "1..1024")
+        _check(0 <= self.max_length <= 8_192, "rerank.max_length", self.max_length, "0..8192")
+        _check(0.0 < self.timeout_s <= 600.0, "rerank.timeout_s", self.timeout_s, "(0, 600]")
+        if self.kind == "cross-encoder":
+            _check(bool(self.model), "rerank.model", self.model, "a model directory or name")
+
+
+ANSWER_MODES = ("extractive", "generative")
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerConfig:
+    mode: str = "extractive"
+    """``extractive`` (no LLM, deterministic) or ``generative`` (OpenAI-compatible endpoint)."""
+    max_sentences: int = 3
+    abstain: bool = True
+    """Answer "not in the indexed sources" when the evidence does not clear the calibrated bar."""
+    calibration: str = ""
+    """Abstention calibration file from ``clew calibrate``; "" = the one shipped with clew."""
+    base_url: str = ""
+    model: str = ""
+    timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        _check(self.mode in ANSWER_MODES, "answer.mode", self.mode, ", ".join(ANSWER_MODES))
+        _check(1 <= self.max_sentences <= 20, "answer.max_sentences", self.max_sentences, "1..20")
+        _check(0.0 < self.timeout_s <= 600.0, "answer.timeout_s", self.timeout_s, "(0, 600]")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceConfig:
+    enabled: bool = True
+    """Write a trace of every search and ask into the index directory (``clew replay``)."""
+    keep: int = 1_000
+    """Newest traces kept; older ones are pruned."""
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.keep <= 1_000_000, "trace.keep", self.keep, "1..1000000")
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +343,10 @@ class EngineConfig:
     router: RouterConfig = field(default_factory=RouterConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     assemble: AssembleConfig = field(default_factory=AssembleConfig)
+    expand: ExpandConfig = field(default_factory=ExpandConfig)
+    rerank: RerankConfig = field(default_factory=RerankConfig)
+    answer: AnswerConfig = field(default_factory=AnswerConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -104,6 +104,42 @@ class GraphTrail:
 
 
 @dataclass(frozen=True, slots=True)
+class PathStep:
+    """One chunk-to-chunk step of a graph-expansion walk."""
+
+    edge: str
+    """``MENTIONS`` (both chunks mention the concept ``via``), ``NEXT`` (adjacent chunks of one
+    document), ``LINKS_TO`` (the document links to ``via``) or ``LINKED_FROM`` (``via`` links
+    to the document)."""
+    via: str
+    to: str
+    """Chunk id reached by this step."""
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {"edge": self.edge, "via": self.via, "to": self.to}
+
+
+@dataclass(frozen=True, slots=True)
+class ExpansionPath:
+    """How graph expansion reached a chunk: from which fused seed, over which edges."""
+
+    seed: str
+    """Chunk id of the seed (a top fused hit)."""
+    hops: int
+    steps: tuple[PathStep, ...]
+    weight: float
+    """Product of the edge weights along the path (before the hop penalty)."""
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {
+            "seed": self.seed,
+            "hops": self.hops,
+            "steps": [s.to_dict() for s in self.steps],
+            "weight": self.weight,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class LegHit:
     """One entry of one leg's ranked list, before fusion."""
 
@@ -131,6 +167,10 @@ class Hit:
     """Chunk ids with the same content hash that were folded into this hit."""
     token_count: int = 0
     """Embedding-tokenizer tokens of the chunk as embedded (title and headings included)."""
+    expansion: tuple[ExpansionPath, ...] = ()
+    """Graph-expansion paths that reached this chunk, best first (empty if none did)."""
+    rerank: RerankNote | None = None
+    """What the reranker did to this hit (None when no reranker ran on it)."""
 
     def to_dict(self) -> dict[str, JSONValue]:
         return {
@@ -145,6 +185,52 @@ class Hit:
             "graph": None if self.graph is None else self.graph.to_dict(),
             "duplicates": list(self.duplicates),
             "token_count": self.token_count,
+            "expansion": [p.to_dict() for p in self.expansion],
+            "rerank": None if self.rerank is None else self.rerank.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RerankNote:
+    """A reranker's effect on one hit: its rank before and after, its score and why."""
+
+    reranker: str
+    before: int
+    """1-based rank in the fused (and expanded) order."""
+    after: int
+    """1-based rank after reranking."""
+    score: float | None
+    explain: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {
+            "reranker": self.reranker,
+            "before": self.before,
+            "after": self.after,
+            "score": self.score,
+            "explain": dict(self.explain),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RerankStatus:
+    """Whether the reranker ran, or fell back to fused order and why."""
+
+    reranker: str
+    ran: bool
+    reason: str = ""
+    """Why it fell back (exception text), empty when it ran."""
+    notes: tuple[str, ...] = ()
+    """Problems it reported while running (ignored labels, missing grades)."""
+    pool: int = 0
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {
+            "reranker": self.reranker,
+            "ran": self.ran,
+            "reason": self.reason,
+            "notes": list(self.notes),
+            "pool": self.pool,
         }
 
 
@@ -154,9 +240,11 @@ class Route:
 
     legs: dict[str, float]
     features: tuple[str, ...]
+    expand: bool = False
+    """The router asks for graph expansion (a relation cue and a linked concept)."""
 
     def to_dict(self) -> dict[str, JSONValue]:
-        return {"legs": dict(self.legs), "features": list(self.features)}
+        return {"legs": dict(self.legs), "features": list(self.features), "expand": self.expand}
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +258,10 @@ class SearchResult:
     timings_ms: dict[str, float]
     filter: dict[str, JSONValue] | None = None
     preset: str = "default"
+    rerank: RerankStatus | None = None
+    """None when no reranker was configured."""
+    trace_id: str | None = None
+    """Id of the trace this search wrote (``clew replay``), None when tracing is off."""
 
     def to_dict(self) -> dict[str, JSONValue]:
         return {
@@ -180,6 +272,8 @@ class SearchResult:
             "hits": [h.to_dict() for h in self.hits],
             "release": self.release,
             "timings_ms": dict(self.timings_ms),
+            "rerank": None if self.rerank is None else self.rerank.to_dict(),
+            "trace_id": self.trace_id,
         }
 
 

@@ -25,7 +25,7 @@ def test_search_json_shape(sample_index: Path, capsys: pytest.CaptureFixture[str
     assert code == 0
     data = json.loads(out)
     assert set(data) >= {"query", "route", "hits", "release", "timings_ms"}
-    assert set(data["route"]) == {"legs", "features"}
+    assert set(data["route"]) == {"legs", "features", "expand"}
     assert len(data["hits"]) == 3
     hit = data["hits"][0]
     assert set(hit) >= {
@@ -161,3 +161,60 @@ def test_ingest_reingest_and_delete(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 0
     code, out, _ = run(capsys, "search", "ERR-7001", "--index", index, "--json")
     assert all(h["doc_id"] != "a.md" for h in json.loads(out)["hits"])
+
+
+def test_ask_json_cites_and_replays(sample_index: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys, "ask", "What does ERR-4413 mean?", "--index", str(sample_index), "--json"
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert set(data) >= {"answer", "abstained", "citations", "hits", "dropped", "trace_id"}
+    assert not data["abstained"], data["evidence"]
+    assert "ERR-4413" in data["answer"] and "[1]" in data["answer"]
+    cited = data["citations"][0]
+    assert set(cited) == {"n", "doc_id", "chunk_id", "title", "url", "why"}
+    assert cited["doc_id"].startswith("error-codes")
+    assert cited["why"]["trail"] and cited["why"]["legs"]
+    code, out, _ = run(capsys, "replay", data["trace_id"], "--index", str(sample_index))
+    assert code == 0 and "identical" in out
+
+
+def test_ask_abstains_on_an_unrelated_question(
+    sample_index: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(
+        capsys,
+        "ask",
+        "Which volcano erupted in Iceland in 2010 and grounded flights across Europe?",
+        "--index",
+        str(sample_index),
+        "--json",
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert data["abstained"], data["evidence"]
+    assert data["citations"] == [] and data["nearest"]
+
+
+def test_ask_text_shows_why(sample_index: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys,
+        "ask",
+        "which services are affected if pgbouncer-core runs out of connections",
+        "--index",
+        str(sample_index),
+        "--expand",
+        "--rerank",
+        "features",
+    )
+    assert code == 0
+    assert "[1]" in out and "why:" in out and "found by:" in out and "trace: tr-" in out
+
+
+def test_replay_unknown_trace_is_a_one_line_error(
+    sample_index: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "replay", "tr-nope", "--index", str(sample_index))
+    assert code == 2 and err.startswith("clew: error: invalid trace id")
+    assert err.count("\n") == 1

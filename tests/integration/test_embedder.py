@@ -79,3 +79,51 @@ def test_index_remembers_its_model_however_it_was_given(sample_index: Path, tmp_
         engine.ingest([Document("d", "D", "ERR-7001 means the vault is sealed.", "d")])
     with Engine(tmp_path / "i") as engine:
         assert engine.search("vault sealed", preset="dense", k=1).hits[0].doc_id == "d"
+
+
+def _tiny_onnx(path: Path, *, pooled_output: bool) -> None:
+    """A tiny ONNX encoder built here: token embeddings, plus a mean-pooled sentence output."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    table = numpy_helper.from_array(rng.normal(size=(30522, 8)).astype(np.float32), "table")
+    nodes = [helper.make_node("Gather", ["table", "input_ids"], ["tokens"])]
+    outputs = [helper.make_tensor_value_info("ids_out", TensorProto.INT64, ["batch", "seq"])]
+    nodes.append(helper.make_node("Identity", ["input_ids"], ["ids_out"]))
+    if pooled_output:
+        nodes.append(helper.make_node("ReduceMean", ["tokens"], ["pooled"], axes=[1], keepdims=0))
+        outputs.append(helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", 8]))
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]),
+        ],
+        outputs,
+        [table],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path / "model.onnx"))
+    shutil.copy(packaged_minilm_dir() / "tokenizer.json", path / "tokenizer.json")
+
+
+def test_onnx_model_with_a_pooled_sentence_output(tmp_path: Path) -> None:
+    _tiny_onnx(tmp_path, pooled_output=True)
+    from clew.models.embedder import OnnxEncoder
+
+    enc = OnnxEncoder(resolve_model(str(tmp_path)))
+    out = enc.encode(["pgbouncer pool", "pgbouncer pool", "ledger writer"])
+    assert out.shape == (3, 8) and enc.dim == 8
+    assert np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(out[0], out[1]) and not np.allclose(out[0], out[2])
+
+
+def test_onnx_model_without_float_output_is_a_clear_error(tmp_path: Path) -> None:
+    _tiny_onnx(tmp_path, pooled_output=False)
+    from clew.models.embedder import OnnxEncoder
+
+    with pytest.raises(ModelError, match="no float output"):
+        OnnxEncoder(resolve_model(str(tmp_path)))

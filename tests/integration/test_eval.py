@@ -75,7 +75,7 @@ def test_ablation_json_run_file_and_gates(
     assert code == 0, err
     data = json.loads(out)
     names = [r["name"] for r in data["runs"]]
-    assert names == ["lexical", "dense", "graph", "hybrid", "default"]
+    assert names == ["lexical", "dense", "graph", "hybrid", "default", "+expand", "+rerank-blend"]
     by = {r["name"]: r for r in data["runs"]}
     for run in data["runs"]:
         assert set(run["slices"]) == {"all", "even", "odd"}
@@ -93,7 +93,11 @@ def test_ablation_json_run_file_and_gates(
     assert by["lexical"]["legs_run"]["all"] == {"lexical": 40}
     assert "gate passed" in err
     runs = sorted(p.name for p in tmp_path.glob("run.*.txt"))
-    assert runs == [f"run.{n}.txt" for n in sorted(names)]
+    assert runs == sorted(f"run.{n}.txt" for n in names)
+    assert by["+expand"]["oracle"]["all"].get("graph_expansion", 0.0) > 0.0
+    assert "rerank" in by["+rerank-blend"]["latency_ms"]
+    tokens = by["default"]["slices"]["all"]
+    assert 0 < tokens["assembled_tokens"] <= tokens["undiversified_tokens"] <= 3200
     lines = [x.split() for x in (tmp_path / "run.default.txt").read_text().splitlines()]
     first = lines[0]
     assert len(first) == 6 and first[1] == "Q0" and first[3] == "1"
@@ -132,3 +136,66 @@ def test_gate_failure_exits_non_zero_with_reasons(
     assert code == 1
     assert "gate FAILED" in err
     assert "mini-scifact0/all: ndcg@10" in err and "min 0.99" in err
+
+
+def test_train_features_and_calibrate_then_evaluate(
+    mini_scifact: Path, mini_index: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = ["--dataset", str(mini_scifact), "--split", "test", "--index", str(mini_index)]
+    out_dir = tmp_path / "features"
+    code = main(
+        ["train-reranker", "--kind", "features", *common, "--out", str(out_dir), "--no-progress"]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    weights = json.loads((out_dir / "clew-features.json").read_text())
+    assert weights["format"] == "clew-feature-reranker/1"
+    assert weights["features"][0] == "cosine" and len(weights["weights"]) == 8
+    assert weights["info"]["relevant"] > 0 and "feature weights written" in out
+
+    cal = tmp_path / "abstain.json"
+    code = main(["calibrate", *common, "--limit", "20", "--out", str(cal), "--no-progress"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    fitted = json.loads(cal.read_text())
+    assert 0.0 < fitted["threshold"] < 1.0 and fitted["info"]["queries"] == 20
+    code = main(["calibrate", *common, "--limit", "20", "--check", str(cal), "--no-progress"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    checked = json.loads(out)
+    assert checked["answered_when_answerable"] >= 0.85  # the 90% rule, on its own data
+
+    code = main(
+        [
+            "eval",
+            "--dataset",
+            str(mini_scifact),
+            "--index",
+            str(mini_index),
+            "--preset",
+            "default",
+            "--preset",
+            "+rerank-features",
+            "--feature-model",
+            str(out_dir),
+            "--json",
+            "--no-progress",
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    runs = {r["name"]: r for r in json.loads(out)["runs"]}
+    assert runs["+rerank-features"]["config"]["rerank"]["kind"] == "features"
+    # fitted on these very queries: it must not do worse than the fused order
+    assert (
+        runs["+rerank-features"]["slices"]["all"]["ndcg@10"]
+        >= runs["default"]["slices"]["all"]["ndcg@10"] - 0.01
+    )
+
+
+def test_extra_rows_need_their_model(
+    mini_scifact: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["eval", "--dataset", str(mini_scifact), "--preset", "+rerank-ce", "--no-progress"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "--rerank-model" in err

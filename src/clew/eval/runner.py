@@ -15,10 +15,11 @@ import platform
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from clew.compose.assemble import assemble
 from clew.config import EngineConfig, preset_config
 from clew.eval.datasets import Dataset
 from clew.eval.metrics import evaluate, mean_metrics, percentile
@@ -39,6 +40,11 @@ METRICS: tuple[str, ...] = (
 )
 ABLATIONS: tuple[str, ...] = ("lexical", "dense", "graph", "hybrid", "default")
 """Ablation order: each leg alone, hybrid RRF without graph, hybrid + graph (the default)."""
+EXTRAS: tuple[str, ...] = ("+expand", "+rerank-blend")
+"""Rows after the ablation: default + graph expansion, default + the untrained feature blend.
+``configs_for`` adds ``+rerank-features`` and ``+rerank-ce`` when given trained models."""
+ASSEMBLE_FROM = 20
+"""Hits the assembler sees per query (as ``clew ask`` does)."""
 ALL = "all"
 CANDIDATES = 1000
 """``k`` of the eval search: large enough to return every fused candidate."""
@@ -55,6 +61,10 @@ class QueryRecord:
     legs_run: tuple[str, ...]
     timings_ms: dict[str, float]
     context_tokens: int
+    assembled_tokens: int = 0
+    """Tokens the assembler keeps from the top hits (budget, near-duplicate skip, floor)."""
+    undiversified_tokens: int = 0
+    """The same without the near-duplicate skip: what the diversity pass saves."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +171,10 @@ def run_config(
         from tqdm import tqdm
 
         bar = tqdm(total=len(queries), desc=f"{dataset.name}:{name}", unit="q", dynamic_ncols=True)
+    config = replace(config, trace=replace(config.trace, enabled=False))
     for q in queries:
         result = engine.search(q.text, k=CANDIDATES, filter=q.filter, config=config)
-        records.append(_record(q.qid, q.slice or ALL, result, k))
+        records.append(_record(q.qid, q.slice or ALL, result, k, config))
         if bar is not None:
             bar.update(1)
     if bar is not None:
@@ -171,7 +182,9 @@ def run_config(
     return summarize(name, config, records, dataset.qrels)
 
 
-def _record(qid: str, slice_: str, result: SearchResult, k: int) -> QueryRecord:
+def _record(
+    qid: str, slice_: str, result: SearchResult, k: int, config: EngineConfig
+) -> QueryRecord:
     docs: dict[str, float] = {}
     candidates: dict[str, set[str]] = defaultdict(set)
     for hit in result.hits:
@@ -180,6 +193,12 @@ def _record(qid: str, slice_: str, result: SearchResult, k: int) -> QueryRecord:
         for c in hit.contributions:
             candidates[c.leg].add(hit.doc_id)
     ranked = tuple(docs)
+    head = result.hits[:ASSEMBLE_FROM]
+    t = time.perf_counter()
+    context = assemble(head, config.assemble)
+    timings = dict(result.timings_ms)
+    timings["assemble"] = round((time.perf_counter() - t) * 1000.0, 3)
+    plain = assemble(head, replace(config.assemble, jaccard=1.0))
     return QueryRecord(
         qid=qid,
         slice=slice_,
@@ -187,8 +206,10 @@ def _record(qid: str, slice_: str, result: SearchResult, k: int) -> QueryRecord:
         scores=tuple(docs.values()),
         candidate_docs={leg: tuple(sorted(d)) for leg, d in candidates.items()},
         legs_run=tuple(sorted(result.route.legs)),
-        timings_ms=dict(result.timings_ms),
+        timings_ms=timings,
         context_tokens=sum(h.token_count for h in result.hits[:k]),
+        assembled_tokens=context.tokens,
+        undiversified_tokens=plain.tokens,
     )
 
 
@@ -213,6 +234,8 @@ def summarize(
         row = mean_metrics(per_query, qids)
         row["n"] = float(len(qids))
         row["context_tokens"] = _mean(rec_by_qid[q].context_tokens for q in qids)
+        row["assembled_tokens"] = _mean(rec_by_qid[q].assembled_tokens for q in qids)
+        row["undiversified_tokens"] = _mean(rec_by_qid[q].undiversified_tokens for q in qids)
         slices[s] = row
         counts: dict[str, int] = defaultdict(int)
         for q in qids:
@@ -297,17 +320,50 @@ def run_eval(
     )
 
 
+def variant(name: str, models: Mapping[str, str] | None = None) -> EngineConfig:
+    """A preset, or an extra row: ``+expand``, ``+rerank-blend``, ``+rerank-features``,
+    ``+rerank-ce`` (the last two read their model from ``models``)."""
+    models = models or {}
+    default = preset_config("default")
+    if name == "+expand":
+        return default.with_overrides(expand={"enabled": True})
+    if name == "+rerank-blend":
+        return default.with_overrides(rerank={"kind": "features", "model": ""})
+    if name == "+rerank-features":
+        return default.with_overrides(rerank={"kind": "features", "model": models["features"]})
+    if name == "+rerank-ce":
+        return default.with_overrides(
+            rerank={"kind": "cross-encoder", "model": models["cross-encoder"]}
+        )
+    return preset_config(name)
+
+
 def configs_for(
-    presets: Sequence[str], ablate: bool, base: EngineConfig | None = None
+    presets: Sequence[str],
+    ablate: bool,
+    base: EngineConfig | None = None,
+    models: Mapping[str, str] | None = None,
 ) -> list[tuple[str, EngineConfig]]:
-    """The configurations to run: the named presets, or the ablation series."""
-    names = list(ABLATIONS) if ablate else (list(presets) or ["default"])
+    """The configurations to run: the named presets, or the ablation series (each leg alone,
+    hybrid, the default, then +expand and each reranker)."""
+    models = models or {}
+    names = list(ABLATIONS) + list(EXTRAS) if ablate else (list(presets) or ["default"])
+    if ablate:
+        names += [
+            n
+            for n, key in (("+rerank-features", "features"), ("+rerank-ce", "cross-encoder"))
+            if key in models
+        ]
     out = []
     for name in dict.fromkeys(names):
-        cfg = preset_config(name)
+        cfg = variant(name, models)
         if base is not None:
             cfg = EngineConfig.from_dict(
-                {k: v for k, v in base.to_dict().items() if k not in ("fusion", "router")},
+                {
+                    k: v
+                    for k, v in base.to_dict().items()
+                    if k not in ("fusion", "router", "expand", "rerank")
+                },
                 base=cfg,
             )
         out.append((name, cfg))

@@ -46,6 +46,18 @@ class LinkedConcept:
     weight: float
 
 
+@dataclass(frozen=True, slots=True)
+class DocLayout:
+    doc_chunks: dict[str, tuple[int, ...]]
+    """Document → its chunk ordinals in reading order."""
+    prev_chunk: dict[int, int]
+    linked_from: dict[str, list[str]]
+    """Document → documents that link to it."""
+    docs: list[str]
+    """Document ids, sorted."""
+    doc_index: dict[str, int]
+
+
 class GraphIndex:
     def __init__(self) -> None:
         self.release = -1
@@ -65,6 +77,7 @@ class GraphIndex:
         self.next_chunk: dict[int, int] = {}
         self.n_chunks = 0
         self._fuzzy_index: dict[str, list[int]] | None = None
+        self._layout: DocLayout | None = None
         self.max_words = 1
 
     # -- building ---------------------------------------------------------------------------
@@ -118,6 +131,36 @@ class GraphIndex:
                         index.setdefault(variant, []).append(r)
             self._fuzzy_index = index
         return self._fuzzy_index
+
+    def layout(self) -> DocLayout:
+        """Documents' chunks in order, the previous chunk of each, and reverse links (cached)."""
+        if self._layout is None:
+            prev = {b: a for a, b in self.next_chunk.items()}
+            by_doc: dict[str, list[int]] = defaultdict(list)
+            for o, d in self.chunk_doc.items():
+                by_doc[d].append(o)
+            doc_chunks: dict[str, tuple[int, ...]] = {}
+            for d, ords in by_doc.items():
+                first = [o for o in ords if o not in prev]
+                chain: list[int] = []
+                cur: int | None = min(first) if first else min(ords)
+                while cur is not None and len(chain) < len(ords):
+                    chain.append(cur)
+                    cur = self.next_chunk.get(cur)
+                doc_chunks[d] = tuple(chain)
+            linked_from: dict[str, list[str]] = defaultdict(list)
+            for src, targets in self.doc_links.items():
+                for t in targets:
+                    linked_from[t].append(src)
+            docs = sorted(doc_chunks)
+            self._layout = DocLayout(
+                doc_chunks,
+                prev,
+                {d: sorted(s) for d, s in linked_from.items()},
+                docs,
+                {d: i for i, d in enumerate(docs)},
+            )
+        return self._layout
 
     # -- linking ----------------------------------------------------------------------------
 

@@ -126,13 +126,27 @@ class BM25Index:
 
         ``tokens``: analyzer tokens (repeats count as query term frequency), or a mapping of
         term to weight (:func:`clew.ingest.analyze.query_terms`)."""
-        if not tokens or self.n_docs == 0:
+        scores = self.scores(tokens, len(allowed), k1=k1, b=b)
+        if scores is None:
             return []
+        scores[~allowed] = 0.0
+        return top_k(scores, k)
+
+    def scores(
+        self,
+        tokens: Sequence[str] | Mapping[str, float],
+        size: int,
+        *,
+        k1: float = 0.9,
+        b: float = 0.4,
+    ) -> npt.NDArray[np.float32] | None:
+        """BM25 of every ordinal below ``size`` (None when no query term is indexed)."""
+        if not tokens or self.n_docs == 0:
+            return None
         weighted = tokens.items() if isinstance(tokens, Mapping) else Counter(tokens).items()
         qtf = {t: float(w) for t, w in weighted if t in self.vocab and w > 0}
         if not qtf:
-            return []
-        size = len(allowed)
+            return None
         scores = np.zeros(size, dtype=np.float32)
         avgdl = self.total_len / max(self.n_docs, 1)
         n = self.n_docs
@@ -149,8 +163,13 @@ class BM25Index:
                     rows, tf = rows[inside], tf[inside]
                 norm = k1 * (1.0 - b + b * self.doclen[rows] / avgdl)
                 scores[rows] += np.float32(idf * weight) * (tf * (k1 + 1.0) / (tf + norm))
-        scores[~allowed] = 0.0
-        return top_k(scores, k)
+        return scores
+
+    def idf(self, term: str) -> float:
+        """BM25 idf of an analyzer token; a token no chunk has gets the highest idf (df 0)."""
+        tid = self.vocab.get(term)
+        df = 0.0 if tid is None else float(self.df[tid])
+        return math.log(1.0 + (self.n_docs - df + 0.5) / (df + 0.5))
 
     # -- persistence ------------------------------------------------------------------------
 

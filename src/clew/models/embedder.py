@@ -65,7 +65,6 @@ class OnnxEncoder:
     """Sentence encoder on onnxruntime. ``encode`` always returns L2-normalized float32 rows."""
 
     def __init__(self, files: ModelFiles, *, batch_size: int = 32, threads: int = 0) -> None:
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
         self.files = files
@@ -79,22 +78,10 @@ class OnnxEncoder:
         self._counter = Tokenizer.from_file(str(files.tokenizer_path))
         self._counter.no_padding()
         self._counter.no_truncation()
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or (os.cpu_count() or 1)
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
-        # idle intra-op threads would otherwise spin after each run and starve the other legs
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        try:
-            self._session = ort.InferenceSession(
-                str(files.onnx_path), options, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:
-            raise ModelError(f"cannot load ONNX model {str(files.onnx_path)!r}: {exc}") from exc
+        self._session = onnx_session(files.onnx_path, threads)
         inputs = {i.name for i in self._session.get_inputs()}
         self._needs_type_ids = "token_type_ids" in inputs
-        self.dim = int(self._session.get_outputs()[0].shape[-1])
+        self._output, self._prepooled, self.dim = _pick_output(self._session, files.onnx_path)
         self._lock = threading.Lock()
 
     @property
@@ -136,8 +123,10 @@ class OnnxEncoder:
             if self._needs_type_ids:
                 feed["token_type_ids"] = np.zeros_like(ids)
             with self._lock:
-                hidden = self._session.run(None, feed)[0]
-            if self.files.pooling == "cls":
+                hidden = self._session.run([self._output], feed)[0]
+            if self._prepooled:
+                pooled = hidden
+            elif self.files.pooling == "cls":
                 pooled = hidden[:, 0, :]
             else:
                 m = mask[..., None].astype(np.float32)
@@ -145,6 +134,38 @@ class OnnxEncoder:
             norms = np.linalg.norm(pooled, axis=1, keepdims=True)
             out[idx] = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
         return out
+
+
+def onnx_session(path: Path, threads: int = 0) -> Any:
+    """A CPU onnxruntime session: ``threads`` intra-op threads (0 = one per core), no spinning."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads or (os.cpu_count() or 1)
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    # idle intra-op threads would otherwise spin after each run and starve the other legs
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise ModelError(f"cannot load ONNX model {str(path)!r}: {exc}") from exc
+
+
+def _pick_output(session: Any, path: Path) -> tuple[str, bool, int]:
+    """The output to embed from: token states (rank 3, pooled here) or, failing that, a
+    sentence embedding (rank 2) some exports add. Returns (name, already pooled, dim)."""
+    outputs = [o for o in session.get_outputs() if "float" in str(o.type)]
+    for rank, prepooled in ((3, False), (2, True)):
+        for o in outputs:
+            shape = list(o.shape or [])
+            if len(shape) == rank and isinstance(shape[-1], int) and shape[-1] > 0:
+                return str(o.name), prepooled, int(shape[-1])
+    raise ModelError(
+        f"ONNX model {str(path)!r} has no float output of shape (batch, tokens, dim) or "
+        f"(batch, dim); its outputs: {[(o.name, o.shape) for o in session.get_outputs()]}"
+    )
 
 
 _ENCODERS: dict[tuple[str, int, int], OnnxEncoder] = {}

@@ -17,26 +17,40 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from clew.config import EmbedderConfig, EngineConfig, preset_config
 from clew.errors import ConfigError, QueryError, StoreError
-from clew.filters import Mask, MetadataColumns, parse_filter, to_json
-from clew.index.graph import GraphIndex
+from clew.filters import Mask, MetadataColumns, parse_filter, parse_time, to_json
+from clew.index.graph import GraphIndex, LinkedConcept
 from clew.index.lexical import BM25Index
 from clew.index.vector import VectorIndex
-from clew.ingest.analyze import ANALYZER_VERSION, query_terms
+from clew.ingest.analyze import ANALYZER_VERSION, analyze, query_terms
 from clew.ingest.chunk import Chunker
 from clew.ingest.concepts import ConceptExtractor
 from clew.ingest.load import load_path
 from clew.ingest.pipeline import IngestContext, ingest
-from clew.protocols import ChunkRow, Encoder
+from clew.protocols import ChunkRow, Encoder, RerankCandidate, Reranker, RerankScores
+from clew.retrieve.expand import ExpandStats, expand
 from clew.retrieve.fuse import Fused, dedup, rrf
+from clew.retrieve.rerank import build_reranker, leg_features, recency, rerank
 from clew.retrieve.route import route
 from clew.store.sqlite import SQLiteStore
-from clew.types import Document, Hit, IngestReport, LegHit, SearchResult
+from clew.types import (
+    Document,
+    Hit,
+    IngestReport,
+    LegHit,
+    RerankNote,
+    RerankStatus,
+    Route,
+    SearchResult,
+)
+
+if TYPE_CHECKING:
+    from clew.compose.answer import Answer, Calibration
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +90,125 @@ class _Snapshot:
             return mask
 
 
+@dataclass(slots=True)
+class _Run:
+    """One retrieval: the inputs, every intermediate list, and the final hits."""
+
+    cfg: EngineConfig
+    query: str
+    k: int
+    filter: dict[str, Any] | None
+    preset: str
+    snap: _Snapshot
+    route: Route
+    lists: dict[str, list[LegHit]]
+    fused: list[Fused]
+    expanded: list[Fused] | None = None
+    expand_stats: ExpandStats | None = None
+    reranked: list[Fused] | None = None
+    rerank_status: RerankStatus | None = None
+    rerank_notes: dict[int, RerankNote] = field(default_factory=dict)
+    reranker_version: str = ""
+    features: dict[int, dict[str, float]] = field(default_factory=dict)
+    """Feature-reranker signals per candidate ordinal (when that reranker ran)."""
+    hits: tuple[Hit, ...] = ()
+    embedding: Future[Any] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def result(self) -> SearchResult:
+        return SearchResult(
+            query=self.query,
+            route=self.route,
+            hits=self.hits,
+            release=self.snap.release,
+            timings_ms=self.timings,
+            filter=self.filter,
+            preset=self.preset,
+            rerank=self.rerank_status,
+        )
+
+    def trace(self, kind: str) -> dict[str, Any]:
+        """Everything needed to replay and compare this retrieval (no timings compared)."""
+        keys = self.snap.keys
+
+        def ranked(items: Sequence[Fused]) -> list[list[Any]]:
+            return [[keys[f.ordinal][0], f.score] for f in items]
+
+        store = self.snap.store
+        lists: dict[str, Any] = {
+            leg: [[keys[h.ordinal][0], float(h.score)] for h in hits]
+            for leg, hits in sorted(self.lists.items())
+        }
+        lists["fused"] = ranked(self.fused)
+        if self.expanded is not None:
+            lists["expanded"] = ranked(self.expanded)
+        if self.reranked is not None:
+            lists["reranked"] = ranked(self.reranked)
+        lists["hits"] = [[h.chunk_id, h.score] for h in self.hits]
+        stats = self.expand_stats
+        return {
+            "format": TRACE_FORMAT,
+            "kind": kind,
+            "query": self.query,
+            "k": self.k,
+            "filter": self.filter,
+            "preset": self.preset,
+            "config": self.cfg.to_dict(),
+            "release": self.snap.release,
+            "analyzer": ANALYZER_VERSION,
+            "models": {
+                "embedder": store.get_meta("embedder"),
+                "embedder_version": store.get_meta("embedder_version"),
+                "concepts": store.get_meta("concepts"),
+                "reranker": None if self.rerank_status is None else self.rerank_status.reranker,
+                "reranker_version": self.reranker_version,
+            },
+            "route": self.route.to_dict(),
+            "lists": lists,
+            "expansion": None
+            if stats is None
+            else {
+                "seeds": stats.seeds,
+                "reached": stats.reached,
+                "added": stats.added,
+                "lifted": stats.lifted,
+            },
+            "rerank": None if self.rerank_status is None else self.rerank_status.to_dict(),
+            "hits": [h.to_dict() for h in self.hits],
+            "timings_ms": dict(self.timings),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    trace_id: str
+    release_then: int
+    release_now: int
+    differences: tuple[str, ...]
+
+    @property
+    def identical(self) -> bool:
+        return not self.differences
+
+
+TRACE_FORMAT = "clew-trace/1"
+_ASK_K = 20
+"""Hits an answer considers before assembly (the token budget decides how many are kept)."""
+_ANSWER_CHUNKS = 4
+"""Kept chunks whose sentences compete for the extractive answer (the best-ranked ones)."""
+
+
+class _Broken:
+    """Stands in for a reranker that could not be built, so the fallback records why."""
+
+    def __init__(self, kind: str, error: Exception) -> None:
+        self.name = kind
+        self.error = error
+
+    def score(self, query: str, candidates: Sequence[RerankCandidate]) -> RerankScores:
+        raise self.error
+
+
 class Engine:
     """Embedded clew: ingest, delete and search one index directory."""
 
@@ -97,6 +230,8 @@ class Engine:
         self._snapshot: _Snapshot | None = None
         self._sync_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="clew-leg")
+        self._rerankers: dict[tuple[Any, ...], Reranker] = {}
+        self._calibrations: dict[str, Calibration] = {}
         self._check_ingest_meta()
 
     @classmethod
@@ -315,6 +450,26 @@ class Engine:
         config: EngineConfig | None = None,
     ) -> SearchResult:
         """Hybrid search. Always returns a :class:`SearchResult`."""
+        run = self._retrieve(query, k=k, filter=filter, preset=preset, config=config)
+        result = run.result()
+        if run.cfg.trace.enabled:
+            result = replace(result, trace_id=self._write_trace(run, "search"))
+        return result
+
+    def _retrieve(
+        self,
+        query: str,
+        *,
+        k: int | None,
+        filter: Any,
+        preset: str | None,
+        config: EngineConfig | None,
+        exclude_docs: Sequence[str] = (),
+    ) -> _Run:
+        """Every stage up to the final hits, with the intermediate lists kept for the trace.
+
+        ``exclude_docs`` hides whole documents as a filter would (calibration uses it to make
+        queries whose evidence is absent)."""
         started = time.perf_counter()
         timings: dict[str, float] = {}
         cfg = config or (preset_config(preset) if preset else self.config)
@@ -333,11 +488,16 @@ class Engine:
         t = time.perf_counter()
         snap = self._snap()
         allowed = snap.allowed(filter_json)
+        if exclude_docs:
+            allowed = allowed.copy()
+            chunks = snap.graph.layout().doc_chunks
+            for doc in exclude_docs:
+                allowed[[o for o in chunks.get(doc, ()) if o < len(allowed)]] = False
         timings["filter"] = _ms(t)
 
         # the query embedding is the longest stage: start it now, link and route meanwhile
         embedding: Future[Any] | None = None
-        if cfg.fusion.dense_weight > 0:
+        if cfg.fusion.dense_weight > 0 or cfg.rerank.kind == "features":
             embedding = self._pool.submit(self._embed_query, query, timings)
 
         t = time.perf_counter()
@@ -347,10 +507,10 @@ class Engine:
 
         # lexical and graph run in workers; dense waits on the embedding already under way in a
         # worker, so it runs on the caller's thread instead of holding a worker while it waits
+        tokens = query_terms(query, cfg.lexical.part_weight)
         pooled: dict[str, Callable[[], list[LegHit]]] = {}
         inline: dict[str, Callable[[], list[LegHit]]] = {}
         if "lexical" in chosen.legs:
-            tokens = query_terms(query, cfg.lexical.part_weight)
             pooled["lexical"] = lambda: snap.lexical.search(
                 tokens, allowed, cfg.lexical.depth, k1=cfg.lexical.k1, b=cfg.lexical.b
             )
@@ -369,28 +529,339 @@ class Engine:
 
         t = time.perf_counter()
         keys = snap.keys
-        fused = rrf(lists, chosen.legs, cfg.fusion.rrf_k, lambda o: keys[o][0])
+
+        def chunk_id(o: int) -> str:
+            return keys[o][0]
+
+        def content_hash(o: int) -> str:
+            return keys[o][1]
+
+        fused = rrf(lists, chosen.legs, cfg.fusion.rrf_k, chunk_id)
         if cfg.fusion.dedup:
-            fused = dedup(fused, lambda o: keys[o][1])
-        top = fused[:k]
+            fused = dedup(fused, content_hash)
         timings["fuse"] = _ms(t)
+        run = _Run(cfg, query, k, to_json(node), preset or "default", snap, chosen, lists, fused)
+
+        pool = fused
+        if (cfg.expand.enabled or chosen.expand) and fused:
+            t = time.perf_counter()
+            pool, run.expand_stats = expand(
+                fused, snap.graph, allowed, cfg.expand, chunk_id, cfg.graph
+            )
+            if cfg.fusion.dedup:
+                pool = dedup(pool, content_hash)
+            run.expanded = pool
+            timings["expand"] = _ms(t)
+
+        rows: dict[int, ChunkRow] = {}
+        if cfg.rerank.kind != "none" and pool:
+            t = time.perf_counter()
+            head = pool[: cfg.rerank.pool]
+            rows = snap.store.fetch([f.ordinal for f in head])
+            head = [f for f in head if f.ordinal in rows]
+            pool = head + pool[cfg.rerank.pool :]
+            features: list[dict[str, float]] = [{} for _ in head]
+            if cfg.rerank.kind == "features":
+                assert embedding is not None
+                features = self._features(snap, head, rows, embedding.result(), tokens, linked)
+                run.features = {f.ordinal: x for f, x in zip(head, features, strict=True)}
+            candidates = [
+                RerankCandidate(
+                    rows[f.ordinal].chunk_id, rows[f.ordinal].title, rows[f.ordinal].text, feats
+                )
+                for f, feats in zip(head, features, strict=True)
+            ]
+            try:
+                reranker = self._reranker(cfg)
+            except Exception as exc:  # a model that cannot load: fall back, say why
+                reranker = _Broken(cfg.rerank.kind, exc)
+            reranked = rerank(query, pool, candidates, reranker, cfg.rerank.keep)
+            pool = reranked.pool
+            run.rerank_status, run.rerank_notes = reranked.status, reranked.notes
+            run.reranked = pool[: len(head)]
+            run.reranker_version = str(getattr(reranker, "version", ""))
+            timings["rerank"] = _ms(t)
 
         t = time.perf_counter()
+        top = pool[:k]
         # full rows only for the hits returned; a chunk deleted by another process since this
         # snapshot was taken is dropped rather than shown from a newer release
-        rows = snap.store.fetch([f.ordinal for f in top])
-        hits = tuple(_hit(f, rows[f.ordinal], keys) for f in top if f.ordinal in rows)
+        missing = [f.ordinal for f in top if f.ordinal not in rows]
+        if missing:
+            rows.update(snap.store.fetch(missing))
+        run.hits = tuple(
+            _hit(f, rows[f.ordinal], keys, run.rerank_notes.get(f.ordinal))
+            for f in top
+            if f.ordinal in rows
+        )
+        run.embedding = embedding
         timings["fetch"] = _ms(t)
         timings["total"] = _ms(started)
-        return SearchResult(
-            query=query,
-            route=chosen,
-            hits=hits,
-            release=snap.release,
-            timings_ms=timings,
-            filter=to_json(node),
-            preset=preset or "default",
+        run.timings = timings
+        return run
+
+    def _features(
+        self,
+        snap: _Snapshot,
+        head: Sequence[Fused],
+        rows: Mapping[int, ChunkRow],
+        vector: Any,
+        tokens: Mapping[str, float],
+        linked: Sequence[LinkedConcept],
+    ) -> list[dict[str, float]]:
+        """The feature reranker's signals for each candidate (see :data:`rerank.FEATURES`)."""
+        ords = np.array([f.ordinal for f in head], dtype=np.int64)
+        matrix = snap.vector.matrix
+        cos = np.zeros(len(ords))
+        inside = ords < len(matrix)
+        cos[inside] = matrix[ords[inside]] @ np.asarray(vector, dtype=np.float32)
+        bm25 = np.zeros(len(ords))
+        full = snap.lexical.scores(tokens, int(ords.max()) + 1, k1=self.config.lexical.k1)
+        if full is not None:
+            bm25 = full[ords].astype(np.float64)
+            top = float(bm25.max())
+            bm25 = bm25 / top if top > 0 else bm25
+        g = snap.graph
+        weights = {g.key_to_row[c.key]: c.weight for c in linked}
+        total = sum(weights.values())
+        pr = g.pagerank_chunk
+        times = [parse_time(str(rows[o].metadata.get("created_at", ""))) for o in ords.tolist()]
+        fresh = recency(times)
+        out = []
+        for i, f in enumerate(head):
+            o = f.ordinal
+            overlap = 0.0
+            if total > 0 and o < g.mentions_csc.shape[1]:
+                here = g.mentions_csc.indices[
+                    g.mentions_csc.indptr[o] : g.mentions_csc.indptr[o + 1]
+                ]
+                overlap = sum(weights.get(int(r), 0.0) for r in here) / total
+            out.append(
+                {
+                    "cosine": float(cos[i]),
+                    "bm25": float(bm25[i]),
+                    "concept_overlap": overlap,
+                    "pagerank": float(pr[o]) if o < len(pr) else 0.0,
+                    "recency": fresh[i],
+                    **leg_features(f),
+                }
+            )
+        return out
+
+    def _reranker(self, cfg: EngineConfig) -> Reranker:
+        rc = cfg.rerank
+        key = (rc.kind, rc.model, rc.max_length, rc.batch_size, rc.base_url, rc.timeout_s)
+        with self._sync_lock:
+            cached = self._rerankers.get(key)
+            if cached is not None:
+                return cached
+            reranker = build_reranker(rc)
+            self._rerankers[key] = reranker
+            return reranker
+
+    # -- answers -----------------------------------------------------------------------------
+
+    def ask(
+        self,
+        question: str,
+        *,
+        k: int | None = None,
+        filter: Any = None,
+        preset: str | None = None,
+        config: EngineConfig | None = None,
+    ) -> Answer:
+        """Search, assemble a budgeted context, and answer with citations (or abstain)."""
+        answer, run, extra = self._ask(question, k=k, filter=filter, preset=preset, config=config)
+        if run.cfg.trace.enabled:
+            answer = replace(answer, trace_id=self._write_trace(run, "ask", extra))
+        return answer
+
+    def _ask(
+        self,
+        question: str,
+        *,
+        k: int | None,
+        filter: Any,
+        preset: str | None,
+        config: EngineConfig | None,
+        exclude_docs: Sequence[str] = (),
+    ) -> tuple[Answer, _Run, dict[str, Any]]:
+        from clew.compose.answer import (
+            NOT_FOUND,
+            Answer,
+            Citation,
+            coverage,
+            evidence_features,
+            url_of,
+            why,
         )
+        from clew.compose.assemble import assemble
+        from clew.compose.extract import answer_text, select_sentences
+
+        cfg = config or (preset_config(preset) if preset else self.config)
+        run = self._retrieve(
+            question,
+            k=k or _ASK_K,
+            filter=filter,
+            preset=preset,
+            config=cfg,
+            exclude_docs=exclude_docs,
+        )
+        timings = run.timings
+        t = time.perf_counter()
+        ctx = assemble(run.hits, cfg.assemble)
+        timings["assemble"] = _ms(t)
+
+        t = time.perf_counter()
+        snap = run.snap
+        idf = {term: snap.lexical.idf(term) for term in query_terms(question)}
+        encoder = self.encoder if cfg.fusion.dense_weight > 0 else None
+        selected = select_sentences(
+            question,
+            ctx.kept[:_ANSWER_CHUNKS],
+            encoder=encoder,
+            idf=idf,
+            max_sentences=cfg.answer.max_sentences,
+        )
+        coverages = [coverage(idf, set(analyze(f"{h.title} {h.text}"))) for h in run.hits[:3]]
+        keys = snap.keys
+        evidence = evidence_features(
+            leg_scores={leg: [h.score for h in hits] for leg, hits in run.lists.items()},
+            leg_top={
+                leg: [keys[h.ordinal][0] for h in hits[:10]] for leg, hits in run.lists.items()
+            },
+            hits=run.hits,
+            leg_weights=run.route.legs,
+            rrf_k=cfg.fusion.rrf_k,
+            coverages=coverages,
+            sentence_overlap=float(selected[0].parts.get("term_overlap", 0.0)) if selected else 0.0,
+        )
+        confidence, threshold, calibration_info = 1.0, 0.0, {}
+        if cfg.answer.abstain:
+            calibration = self._calibration(cfg.answer.calibration)
+            confidence = calibration.probability(evidence)
+            threshold, calibration_info = calibration.threshold, calibration.info
+        abstained = cfg.answer.abstain and (confidence < threshold or not selected or not ctx.kept)
+        timings["answer"] = _ms(t)
+
+        citations: list[Citation] = []
+        text = NOT_FOUND
+        mode = cfg.answer.mode
+        fallback = ""
+        if not abstained and mode == "generative":
+            t = time.perf_counter()
+            try:
+                text, used = self._generate(question, ctx.kept, cfg)
+                if used is None:
+                    abstained = True
+                    text = NOT_FOUND
+                else:
+                    for n in used:
+                        h = ctx.kept[n - 1]
+                        citations.append(
+                            Citation(n, h.doc_id, h.chunk_id, h.title, url_of(h), why(h, (), n))
+                        )
+            except Exception as exc:  # endpoint failure: the extractive answer, with the reason
+                fallback = f"{type(exc).__name__}: {exc}"
+                mode = "extractive"
+            timings["generate"] = _ms(t)
+        if not abstained and mode == "extractive":
+            number: dict[int, int] = {}
+            terms: dict[int, list[str]] = {}
+            for sel in selected:
+                i = sel.sentence.hit_index
+                number.setdefault(i, len(number) + 1)
+                terms.setdefault(i, [])
+                terms[i] += [x for x in sel.matched_terms if x not in terms[i]]
+            text = answer_text(selected, number)
+            for i, n in sorted(number.items(), key=lambda p: p[1]):
+                h = ctx.kept[i]
+                citations.append(
+                    Citation(n, h.doc_id, h.chunk_id, h.title, url_of(h), why(h, terms[i], i + 1))
+                )
+        timings["total"] = round(sum(v for k_, v in timings.items() if k_ != "total"), 3)
+        answer = Answer(
+            question=question,
+            answer=text,
+            abstained=abstained,
+            mode=mode,
+            citations=tuple(citations),
+            hits=run.hits,
+            context=ctx,
+            confidence=confidence,
+            threshold=threshold,
+            evidence=evidence,
+            nearest=run.hits[:3] if abstained else (),
+            fallback=fallback,
+            timings_ms=timings,
+        )
+        out = answer.to_dict()
+        extra = {
+            "answer": {
+                key: out[key] for key in out if key not in ("hits", "timings_ms", "trace_id")
+            },
+            "calibration": calibration_info,
+        }
+        return answer, run, extra
+
+    def _generate(
+        self, question: str, kept: Sequence[Hit], cfg: EngineConfig
+    ) -> tuple[str, tuple[int, ...] | None]:
+        """A generative answer over the kept chunks; None citations = the model found none."""
+        from clew.errors import LLMError
+        from clew.models.llm import ChatClient, answer_messages, parse_cited, settings_for
+
+        a = cfg.answer
+        settings = settings_for(a.base_url, a.model, a.timeout_s)
+        passages = [(i + 1, h.title, h.text) for i, h in enumerate(kept)]
+        with ChatClient(settings) as client:
+            text = client.complete(answer_messages(question, passages)).strip()
+        if text.strip().rstrip(".") == "NOT_FOUND":
+            return text, None
+        cited, invalid = parse_cited(text, range(1, len(kept) + 1))
+        if not cited:
+            extra = f" (it cited {list(invalid)}, allowed 1..{len(kept)})" if invalid else ""
+            raise LLMError(f"the generated answer cites no source{extra}")
+        return text, cited
+
+    def _calibration(self, path: str) -> Calibration:
+        from clew.compose.answer import load_calibration
+
+        with self._sync_lock:
+            cal = self._calibrations.get(path)
+            if cal is None:
+                cal = self._calibrations[path] = load_calibration(path)
+            return cal
+
+    def replay(self, trace_id: str) -> Replay:
+        """Re-run a traced search or ask with its config; list every difference."""
+        from clew.trace import TraceStore, diff_traces
+
+        old = TraceStore(self.directory).read(trace_id)
+        cfg = EngineConfig.from_dict(old["config"])
+        kind = old.get("kind", "search")
+        args = {"k": old["k"], "filter": old["filter"], "preset": old["preset"], "config": cfg}
+        if kind == "ask":
+            _, run, extra = self._ask(old["query"], **args)
+            new = run.trace("ask")
+            new.update(extra)
+        else:
+            new = self._retrieve(old["query"], **args).trace("search")
+        then, now = int(old["release"]), int(new["release"])
+        diffs = [str(d) for d in diff_traces(old, new) if d.path != "release"]
+        if then != now:  # first: it explains the rest
+            diffs.insert(0, f"release: {then} -> {now} (the index changed since the trace)")
+        return Replay(trace_id, then, now, tuple(diffs))
+
+    # -- traces ------------------------------------------------------------------------------
+
+    def _write_trace(self, run: _Run, kind: str, extra: Mapping[str, Any] | None = None) -> str:
+        from clew.trace import TraceStore
+
+        trace = run.trace(kind)
+        if extra:
+            trace.update(extra)
+        return TraceStore(self.directory, keep=run.cfg.trace.keep).write(trace)
 
     def _embed_query(self, query: str, timings: dict[str, float]) -> Any:
         t0 = time.perf_counter()
@@ -435,7 +906,9 @@ class Engine:
         }
 
 
-def _hit(f: Fused, row: ChunkRow, keys: Mapping[int, tuple[str, str]]) -> Hit:
+def _hit(
+    f: Fused, row: ChunkRow, keys: Mapping[int, tuple[str, str]], note: RerankNote | None
+) -> Hit:
     return Hit(
         chunk_id=row.chunk_id,
         doc_id=row.doc_id,
@@ -449,6 +922,8 @@ def _hit(f: Fused, row: ChunkRow, keys: Mapping[int, tuple[str, str]]) -> Hit:
         token_count=row.token_count,
         content_hash=row.content_hash,
         duplicates=tuple(keys[o][0] for o in f.duplicates),
+        expansion=f.expansion,
+        rerank=note,
     )
 
 

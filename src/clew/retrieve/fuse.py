@@ -8,9 +8,9 @@ chunk id asc), so the same inputs give the same order, bit for bit.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from clew.types import Contribution, GraphTrail, LegHit
+from clew.types import Contribution, ExpansionPath, GraphTrail, LegHit
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +20,19 @@ class Fused:
     contributions: tuple[Contribution, ...]
     trail: GraphTrail | None
     duplicates: tuple[int, ...] = ()
+    expansion: tuple[ExpansionPath, ...] = ()
+
+
+def order(fused: list[Fused], chunk_id: Callable[[int], str]) -> None:
+    """Sort in place by (score desc, best rank asc, number of contributions desc, id asc)."""
+    fused.sort(
+        key=lambda f: (
+            -f.score,
+            min(c.rank for c in f.contributions),
+            -len(f.contributions),
+            chunk_id(f.ordinal),
+        )
+    )
 
 
 def rrf(
@@ -51,14 +64,7 @@ def rrf(
         )
         for o, cs in parts.items()
     ]
-    fused.sort(
-        key=lambda f: (
-            -f.score,
-            min(c.rank for c in f.contributions),
-            -len(f.contributions),
-            chunk_id(f.ordinal),
-        )
-    )
+    order(fused, chunk_id)
     return fused
 
 
@@ -76,5 +82,5 @@ def dedup(fused: Sequence[Fused], content_hash: Callable[[int], str]) -> list[Fu
         out.append(f)
     for i, dups in folded.items():
         f = out[i]
-        out[i] = Fused(f.ordinal, f.score, f.contributions, f.trail, tuple(dups))
+        out[i] = replace(f, duplicates=f.duplicates + tuple(dups))
     return out

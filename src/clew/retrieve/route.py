@@ -6,7 +6,8 @@ snake_case, UPPER_SNAKE or dotted identifier), ``entity`` (the query names a con
 ``relation`` (cues such as "what else", "caused by", "downstream of", "after"), ``global``
 ("across all", "overall"), ``quoted`` (a quoted phrase), ``no_concept`` (nothing to walk from).
 Starting from the config's fusion weights, rules only scale weights; a leg whose base weight is 0
-never runs, and the graph leg does not run without a linked concept.
+never runs, and the graph leg does not run without a linked concept. A relation cue with a
+linked concept also turns graph expansion on (``router.relation_expand``).
 """
 
 from __future__ import annotations
@@ -76,4 +77,10 @@ def route(query: str, linked_concepts: int, fusion: FusionConfig, router: Router
     if "no_concept" in features:
         weights["graph"] = 0.0
     legs = {leg: round(w, 6) for leg, w in weights.items() if w > 0}
-    return Route(legs=legs, features=tuple(features))
+    expand = bool(
+        router.enabled
+        and router.relation_expand
+        and "relation" in features
+        and "entity" in features
+    )
+    return Route(legs=legs, features=tuple(features), expand=expand)
