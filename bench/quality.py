@@ -177,8 +177,16 @@ def main() -> int:
         "assembler over the top 20 hits (3,200-token budget), with and without the "
         "near-duplicate skip.",
         "",
-        f"Reproduce: `make eval` (= `python bench/quality.py`), {time.strftime('%Y-%m-%d')}, "
-        f"{time.time() - started:.0f} s including index builds that were not cached.",
+        "Reproduce: `make eval` (= `python bench/quality.py --feature-model "
+        "eval/features-scifact.json`); the `+rerank-ce` row also needs `clew train-reranker "
+        "--dataset ../shared/data/scifact --split train --out models/ce-scifact` (about 22 min "
+        "on 2 cores) and `--rerank-model models/ce-scifact`. The feature weights were made by "
+        "`clew train-reranker --kind features --dataset ../shared/data/scifact --split train "
+        "--out DIR`. Both are trained on the SciFact train split only.",
+        "",
+        f"This run: {time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s including index "
+        "builds that were not cached; other processes shared the 2 cores during part of it, "
+        "so latencies here are indicative (bench/results/pipeline.md has quiet ones).",
         "",
     ]
     if not args.limit:

@@ -106,8 +106,17 @@ def _key_path(path: str, key: str) -> str:
 
 def _normalize(value: Any, path: str, drop: Collection[str], stack: set[int]) -> Any:
     """A JSON-ready copy of ``value`` (see the module docstring), without keys in ``drop``."""
-    if value is None or type(value) is str or type(value) is bool:
+    kind = type(value)
+    if value is None or kind is str or kind is bool or kind is int:
         return value
+    if kind is float:
+        if math.isfinite(value):
+            return value
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if kind is list and all(
+        type(v) is str or type(v) is int or (type(v) is float and math.isfinite(v)) for v in value
+    ):
+        return list(value)  # the common flat case: nothing to convert, no cycle possible
     if isinstance(value, str):  # str subclasses such as StrEnum members
         return str.__str__(value)
     if isinstance(value, np.bool_):
@@ -180,13 +189,15 @@ class TraceStore:
     for :meth:`latest` (it returns ``[]``).
     """
 
-    __slots__ = ("_dir", "_keep")
+    __slots__ = ("_count", "_dir", "_keep")
 
     def __init__(self, directory: str | Path, *, keep: int = 1000) -> None:
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise ConfigError(f"keep must be an integer >= 1 (traces to keep), got {keep!r}")
         self._dir = Path(directory) / "traces"
         self._keep = keep
+        self._count: int | None = None
+        """Traces in the folder as this store last knew (listed once, then counted)."""
 
     @property
     def directory(self) -> Path:
@@ -215,7 +226,15 @@ class TraceStore:
             data = json.dumps(record, sort_keys=True, ensure_ascii=True, allow_nan=False).encode()
         target = self._dir / f"{trace_id}.json"
         self._atomic_write(target, data + b"\n", stamp)
-        self._prune(protect=target.name)
+        # housekeeping: the folder is listed on the first write, then writes are counted; past
+        # ``keep`` the oldest go, down to ``keep`` less a tenth, so a full store is not listed
+        # on every write
+        if self._count is None:
+            self._prune(protect=target.name, keep=self._keep)
+        else:
+            self._count += 1
+            if self._count > self._keep:
+                self._prune(protect=target.name, keep=self._keep - self._keep // 10)
         return trace_id
 
     def read(self, trace_id: str) -> dict[str, Any]:
@@ -306,7 +325,7 @@ class TraceStore:
         out.sort()
         return out
 
-    def _prune(self, *, protect: str) -> None:
+    def _prune(self, *, protect: str, keep: int) -> None:
         entries = self._entries()
         now = time.time()
         for entry in entries:  # temp files left behind by a crashed writer
@@ -315,10 +334,12 @@ class TraceStore:
                     if now - entry.stat(follow_symlinks=False).st_mtime > _STALE_TMP_SECONDS:
                         os.unlink(entry.path)
         count = sum(1 for e in entries if _FILE_RE.fullmatch(e.name) is not None)
-        if count <= self._keep:
+        self._count = count
+        if count <= keep:
             return
         ordered = [name for _, name in self._ordered() if name != protect]
-        excess = len(ordered) + 1 - self._keep
+        excess = len(ordered) + 1 - keep
+        self._count = count - max(excess, 0)
         for name in ordered[: max(excess, 0)]:
             try:
                 os.unlink(self._dir / name)

@@ -360,3 +360,14 @@ def test_diff_is_json_safe_for_stored_traces(tmp_path: Path) -> None:
     diffs = diff_traces(before, after)
     assert diffs == [Difference("lists.fused.length", 2, 3)]
     json.dumps([[d.path, d.before, d.after] for d in diffs])
+
+
+def test_a_full_store_prunes_a_tenth_at_a_time(tmp_path: Path) -> None:
+    store = TraceStore(tmp_path, keep=20)
+    ids = [store.write(sample(i=i)) for i in range(30)]
+    on_disk = sorted(p.stem for p in store.directory.glob("*.json"))
+    assert 18 <= len(on_disk) <= 20
+    assert set(ids[-18:]) <= set(on_disk)  # the newest always stay
+    fresh = TraceStore(tmp_path, keep=20)  # a second store lists the folder once, then counts
+    fresh.write(sample(i=99))
+    assert len(list(store.directory.glob("*.json"))) <= 20

@@ -51,6 +51,7 @@ from clew.types import (
 
 if TYPE_CHECKING:
     from clew.compose.answer import Answer, Calibration
+    from clew.trace import TraceStore
 
 log = logging.getLogger(__name__)
 
@@ -131,20 +132,23 @@ class _Run:
         """Everything needed to replay and compare this retrieval (no timings compared)."""
         keys = self.snap.keys
 
-        def ranked(items: Sequence[Fused]) -> list[list[Any]]:
-            return [[keys[f.ordinal][0], f.score] for f in items]
+        def ranked(items: Sequence[Fused | LegHit]) -> dict[str, list[Any]]:
+            return {
+                "ids": [keys[f.ordinal][0] for f in items],
+                "scores": [float(f.score) for f in items],
+            }
 
         store = self.snap.store
-        lists: dict[str, Any] = {
-            leg: [[keys[h.ordinal][0], float(h.score)] for h in hits]
-            for leg, hits in sorted(self.lists.items())
-        }
+        lists: dict[str, Any] = {leg: ranked(hits) for leg, hits in sorted(self.lists.items())}
         lists["fused"] = ranked(self.fused)
         if self.expanded is not None:
             lists["expanded"] = ranked(self.expanded)
         if self.reranked is not None:
             lists["reranked"] = ranked(self.reranked)
-        lists["hits"] = [[h.chunk_id, h.score] for h in self.hits]
+        lists["hits"] = {
+            "ids": [h.chunk_id for h in self.hits],
+            "scores": [h.score for h in self.hits],
+        }
         stats = self.expand_stats
         return {
             "format": TRACE_FORMAT,
@@ -174,7 +178,7 @@ class _Run:
                 "lifted": stats.lifted,
             },
             "rerank": None if self.rerank_status is None else self.rerank_status.to_dict(),
-            "hits": [h.to_dict() for h in self.hits],
+            "hits": [_traced(h) for h in self.hits],
             "timings_ms": dict(self.timings),
         }
 
@@ -232,6 +236,7 @@ class Engine:
         self._pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="clew-leg")
         self._rerankers: dict[tuple[Any, ...], Reranker] = {}
         self._calibrations: dict[str, Calibration] = {}
+        self._traces: TraceStore | None = None
         self._check_ingest_meta()
 
     @classmethod
@@ -861,7 +866,11 @@ class Engine:
         trace = run.trace(kind)
         if extra:
             trace.update(extra)
-        return TraceStore(self.directory, keep=run.cfg.trace.keep).write(trace)
+        with self._sync_lock:
+            store = self._traces
+            if store is None or store.keep != run.cfg.trace.keep:
+                store = self._traces = TraceStore(self.directory, keep=run.cfg.trace.keep)
+        return store.write(trace)
 
     def _embed_query(self, query: str, timings: dict[str, float]) -> Any:
         t0 = time.perf_counter()
@@ -904,6 +913,14 @@ class Engine:
             "analyzer": self.store.get_meta("analyzer"),
             "hnsw": snap.vector.hnsw is not None,
         }
+
+
+def _traced(hit: Hit) -> dict[str, Any]:
+    """A hit as the trace keeps it: ids, score and provenance (the text is in the store)."""
+    out = hit.to_dict()
+    for key in ("text", "title", "metadata", "heading_path"):
+        out.pop(key, None)
+    return out
 
 
 def _hit(
