@@ -24,6 +24,7 @@ from clew.compose.answer import Calibration, fit_calibration
 from clew.config import EngineConfig
 from clew.eval.datasets import Dataset, EvalQuery
 from clew.models.logistic import LogisticModel, fit_logistic
+from clew.models.reranker import passage_text
 from clew.retrieve.engine import Engine
 from clew.retrieve.rerank import FEATURES
 
@@ -43,10 +44,6 @@ def _progress(items: Sequence[EvalQuery], desc: str, on: bool) -> Iterable[EvalQ
 
 def _relevant(dataset: Dataset, qid: str) -> set[str]:
     return {d for d, g in dataset.qrels.get(qid, {}).items() if g > 0}
-
-
-def _passage(title: str, text: str) -> str:
-    return f"{title}\n{text}" if title else text
 
 
 def mine_examples(
@@ -73,16 +70,16 @@ def mine_examples(
         negs: list[str] = []
         for h in result.hits:
             if h.doc_id in relevant:
-                positives.setdefault(h.doc_id, _passage(h.title, h.text))
+                positives.setdefault(h.doc_id, passage_text(h.title, h.text))
             elif len(negs) < negatives:
-                negs.append(_passage(h.title, h.text))
+                negs.append(passage_text(h.title, h.text))
         missing = [
             layout.doc_chunks[d][0]
             for d in sorted(relevant - set(positives))
             if d in layout.doc_chunks
         ]
         for row in engine.store.fetch(missing).values():
-            positives.setdefault(row.doc_id, _passage(row.title, row.text))
+            positives.setdefault(row.doc_id, passage_text(row.title, row.text))
         if positives and negs:
             yield q.text, tuple(positives.values()), tuple(negs)
 

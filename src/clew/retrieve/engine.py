@@ -784,7 +784,8 @@ class Engine:
                 citations.append(
                     Citation(n, h.doc_id, h.chunk_id, h.title, url_of(h), why(h, terms[i], i + 1))
                 )
-        timings["total"] = round(sum(v for k_, v in timings.items() if k_ != "total"), 3)
+        after = ("assemble", "answer", "generate")  # the stages after retrieval, in sequence
+        timings["total"] = round(timings["total"] + sum(timings.get(x, 0.0) for x in after), 3)
         answer = Answer(
             question=question,
             answer=text,

@@ -152,10 +152,6 @@ class BlendReranker:
         return RerankScores(tuple(float(v) for v in total), (), explain)
 
 
-FeatureModel = LogisticModel
-"""Feature-reranker weights: a logistic regression over :data:`FEATURES`."""
-
-
 def load_feature_model(path: str | Path) -> LogisticModel:
     """Weights written by ``clew train-reranker --kind features`` (the file or its directory)."""
     p = Path(path)
@@ -176,7 +172,7 @@ def load_feature_model(path: str | Path) -> LogisticModel:
 class FeatureReranker:
     """Trained logistic regression over :data:`FEATURES`; explains each feature's part."""
 
-    def __init__(self, model: FeatureModel, name: str = "features") -> None:
+    def __init__(self, model: LogisticModel, name: str = "features") -> None:
         self.model = model
         self.name = name
         self.version = str(model.info.get("digest", ""))
