@@ -174,9 +174,22 @@ def trace_id_for(trace: Mapping[str, Any]) -> str:
     """
     content = _normalize(trace, "", VOLATILE, set())
     created_at = _normalize(trace.get("created_at"), "created_at", (), set())
+    return _content_id(content, created_at)
+
+
+def _content_id(content: Any, created_at: Any) -> str:
     text = _canonical({"content": content, "created_at": created_at})
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     return f"tr-{digest[:20]}"
+
+
+def _without(value: Any, drop: Collection[str]) -> Any:
+    """An already normalized value without the keys in ``drop``, at any depth."""
+    if type(value) is dict:
+        return {k: _without(v, drop) for k, v in value.items() if k not in drop}
+    if type(value) is list:
+        return [_without(v, drop) for v in value]
+    return value
 
 
 # --------------------------------------------------------------------------- storage
@@ -217,7 +230,8 @@ class TraceStore:
         record.pop("trace_id", None)
         record.setdefault("created_at", _iso_utc(stamp))
         record.setdefault("format", TRACE_VERSION)
-        trace_id = trace_id_for(record)
+        # the same id as trace_id_for(record), without normalizing a second time
+        trace_id = _content_id(_without(record, VOLATILE), record["created_at"])
         record["trace_id"] = trace_id
         try:
             text = json.dumps(record, sort_keys=True, ensure_ascii=False, allow_nan=False)

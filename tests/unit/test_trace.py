@@ -371,3 +371,11 @@ def test_a_full_store_prunes_a_tenth_at_a_time(tmp_path: Path) -> None:
     fresh = TraceStore(tmp_path, keep=20)  # a second store lists the folder once, then counts
     fresh.write(sample(i=99))
     assert len(list(store.directory.glob("*.json"))) <= 20
+
+
+def test_stored_id_is_the_content_id_of_what_was_stored(tmp_path: Path) -> None:
+    store = TraceStore(tmp_path)
+    nested = sample(i=3)
+    nested["inner"] = {"timings_ms": {"a": 1.5}, "kept": (1, 2.5, "x")}
+    back = store.read(store.write(nested))
+    assert trace_id_for(back) == back["trace_id"]

@@ -33,6 +33,12 @@ def _quiet(config: EngineConfig) -> EngineConfig:
     return replace(config, trace=replace(config.trace, enabled=False))
 
 
+def _evidence_config(config: EngineConfig) -> EngineConfig:
+    """No traces, and no abstention: calibration needs the evidence of every query."""
+    cfg = _quiet(config)
+    return replace(cfg, answer=replace(cfg.answer, abstain=False))
+
+
 def _progress(items: Sequence[EvalQuery], desc: str, on: bool) -> Iterable[EvalQuery]:
     if not on:
         return items
@@ -140,8 +146,7 @@ def abstention_evidence(
     progress: bool = False,
 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
     """Evidence features of each query as is, and with its relevant documents hidden."""
-    cfg = _quiet(config or engine.config)
-    cfg = replace(cfg, answer=replace(cfg.answer, abstain=False))
+    cfg = _evidence_config(config or engine.config)
     queries = [q for q in dataset.queries if _relevant(dataset, q.qid)]
     if limit is not None and len(queries) > limit:
         queries = sorted(random.Random(seed).sample(queries, limit), key=lambda q: q.qid)
@@ -164,8 +169,7 @@ def unrelated_evidence(
     progress: bool = False,
 ) -> list[dict[str, float]]:
     """Evidence features of questions the corpus cannot answer (another dataset's queries)."""
-    cfg = _quiet(config or engine.config)
-    cfg = replace(cfg, answer=replace(cfg.answer, abstain=False))
+    cfg = _evidence_config(config or engine.config)
     out = []
     items = [EvalQuery(str(i), q) for i, q in enumerate(questions)]
     for q in _progress(items, "unrelated", progress):

@@ -568,7 +568,7 @@ class Engine:
             features: list[dict[str, float]] = [{} for _ in head]
             if cfg.rerank.kind == "features":
                 assert embedding is not None
-                features = self._features(snap, head, rows, embedding.result(), tokens, linked)
+                features = self._features(snap, head, rows, embedding.result(), tokens, linked, cfg)
                 run.features = {f.ordinal: x for f, x in zip(head, features, strict=True)}
             candidates = [
                 RerankCandidate(
@@ -613,6 +613,7 @@ class Engine:
         vector: Any,
         tokens: Mapping[str, float],
         linked: Sequence[LinkedConcept],
+        cfg: EngineConfig,
     ) -> list[dict[str, float]]:
         """The feature reranker's signals for each candidate (see :data:`rerank.FEATURES`)."""
         ords = np.array([f.ordinal for f in head], dtype=np.int64)
@@ -621,7 +622,7 @@ class Engine:
         inside = ords < len(matrix)
         cos[inside] = matrix[ords[inside]] @ np.asarray(vector, dtype=np.float32)
         bm25 = np.zeros(len(ords))
-        full = snap.lexical.scores(tokens, int(ords.max()) + 1, k1=self.config.lexical.k1)
+        full = snap.lexical.scores(tokens, int(ords.max()) + 1, k1=cfg.lexical.k1, b=cfg.lexical.b)
         if full is not None:
             bm25 = full[ords].astype(np.float64)
             top = float(bm25.max())

@@ -72,8 +72,6 @@ class _Walker:
         )
         self._share: dict[int, float] = {}
         self.layout = graph.layout()
-        self.docs = self.layout.docs
-        self.doc_index = self.layout.doc_index
         # unfiltered: every live chunk is allowed, and the graph's df counts exactly those
         self.unfiltered = self.n_allowed == graph.n_chunks
 
@@ -146,7 +144,12 @@ class _Walker:
                         if len(arr)
                         else np.zeros(0)
                     )
-                    add(arr, w, code, np.full(len(arr), self.doc_index[other], dtype=np.int64))
+                    add(
+                        arr,
+                        w,
+                        code,
+                        np.full(len(arr), self.layout.doc_index[other], dtype=np.int64),
+                    )
         if not targets:
             empty = np.zeros(0, dtype=np.int64)
             return empty, np.zeros(0), np.zeros(0, dtype=np.int8), empty
@@ -192,7 +195,7 @@ class _Walker:
         if code == _MENTIONS:
             return self.g.keys[via]
         if code in (_LINKS_TO, _LINKED_FROM):
-            return self.docs[via]
+            return self.layout.docs[via]
         return ""
 
 
