@@ -157,13 +157,61 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--run-out", help="write a TREC run file (one per config when several)")
     ev.add_argument("--json", action="store_true", help="print the full result object")
     ev.add_argument("--gate", help="YAML file of per-dataset, per-slice thresholds")
+    ev.add_argument(
+        "--save",
+        metavar="DIR",
+        help="also write the result to DIR/<dataset>.json (what `clew serve` shows at /eval)",
+    )
     ev.add_argument("--no-progress", action="store_true")
+
+    sv = sub.add_parser("serve", help="HTTP API (FastAPI on uvicorn)")
+    common(sv)
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8765)
+    sv.add_argument("--keys", help="API keys file (`clew keys add` writes it)")
+    sv.add_argument(
+        "--no-auth", action="store_true", help="no keys, everyone is admin (loopback hosts only)"
+    )
+    sv.add_argument("--create", action="store_true", help="create the index if it is missing")
+    sv.add_argument("--eval-results", help="folder of `clew eval --save` results (for /eval)")
+    sv.add_argument("--gates", help="gates YAML for GET /eval/gate")
+    sv.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+    ui = sub.add_parser("ui", help="web UI (Streamlit) over a running `clew serve`")
+    ui.add_argument("--api", help="API base URL (default: start one for --index on loopback)")
+    ui.add_argument("--index", help="index directory to serve when no --api is given")
+    ui.add_argument("--port", type=int, default=8501)
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--eval-results", help="with --index: folder of `clew eval --save` results")
+    ui.add_argument("--gates", help="with --index: gates YAML for the eval page")
+
+    mc = sub.add_parser(
+        "mcp", help="MCP server on stdio (tools: search, ask, remember, forget)", add_help=False
+    )
+    mc.add_argument("mcp_args", nargs="*", help="see `clew mcp --help`")
+
+    ky = sub.add_parser("keys", help="manage API keys (stored hashed)")
+    kys = ky.add_subparsers(dest="keys_command", required=True, parser_class=_Parser)
+    ka = kys.add_parser("add", help="create a key; it is printed once and stored only as a hash")
+    ka.add_argument("--file", required=True, help="keys file (created if missing)")
+    ka.add_argument("--name", required=True, help="who holds the key (shown in logs and traces)")
+    ka.add_argument(
+        "--scope", help='access filter JSON this key is limited to, e.g. {"tenant": "a"}'
+    )
+    ka.add_argument("--admin", action="store_true", help="may write documents and read all traces")
+    kl = kys.add_parser("list", help="names, scopes and admin flags (never the keys)")
+    kl.add_argument("--file", required=True)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["mcp"]:  # its own parser: `clew mcp --help` lists the MCP server's options
+        from clew.serve.mcp import main as mcp_main
+
+        return mcp_main(argv[1:])
     args = _parser().parse_args(argv)
     try:
         return _run(args)
@@ -201,6 +249,10 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.command == "eval":
         return _eval(args)
+    if args.command in ("serve", "ui", "mcp", "keys"):
+        from clew.serve.cli import run_service_command
+
+        return run_service_command(args)
     if args.command in ("train-reranker", "calibrate"):
         return _train(args)
     config = _config(args)
@@ -426,6 +478,13 @@ def _eval(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(format_table(result))
+    if args.save:
+        out = Path(args.save) / f"{Path(result.dataset).name}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(result.to_dict(per_query=False), indent=2), encoding="utf-8")
+        tmp.replace(out)
+        print(f"saved {out}", file=sys.stderr)
     if gates:
         primary = "default" if args.ablate else configs[0][0]
         reasons = check_gates(gates, result.dataset, result.table(), config=primary)

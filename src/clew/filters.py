@@ -236,14 +236,17 @@ class MetadataColumns:
     def _posting_array(self, field: str, key: str) -> npt.NDArray[np.int64]:
         cached = self._arrays.get((field, key))
         if cached is None:
-            cached = np.asarray(self._postings[field].get(key, []), dtype=np.int64)
+            cached = np.asarray(self._postings.get(field, {}).get(key, []), dtype=np.int64)
             self._arrays[(field, key)] = cached
         return cached
 
-    def mask(self, node: Node) -> Mask:
-        """Evaluate a filter to a boolean mask over ordinals ``0 .. size-1``."""
+    def mask(self, node: Node, *, strict: bool = True) -> Mask:
+        """Evaluate a filter to a boolean mask over ordinals ``0 .. size-1``.
+
+        ``strict``: a field no document has is an error (a typo in a request). A caller's scope
+        is evaluated non-strictly: a field no document has yet simply matches nothing."""
         unknown = sorted(fields_of(node) - self.fields)
-        if unknown:
+        if unknown and strict:
             raise FilterError(
                 f"filter field(s) {unknown} appear in no document; known fields: "
                 f"{', '.join(sorted(self.fields)) or '(none)'}"

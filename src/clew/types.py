@@ -278,6 +278,57 @@ class SearchResult:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredChunk:
+    chunk_id: str
+    seq: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDocument:
+    """A document as the index holds it (:meth:`clew.Engine.document`)."""
+
+    doc_id: str
+    title: str
+    source: str
+    metadata: dict[str, JSONValue]
+    text: str
+    chunks: tuple[StoredChunk, ...]
+    release: int
+    """The release that last wrote it."""
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {
+            "id": self.doc_id,
+            "title": self.title,
+            "source": self.source,
+            "metadata": self.metadata,
+            "text": self.text,
+            "release": self.release,
+            "chunks": [{"chunk_id": c.chunk_id, "seq": c.seq, "text": c.text} for c in self.chunks],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Similar:
+    """A "more like this" neighbour of a document: dense similarity of the best chunk pair."""
+
+    doc_id: str
+    title: str
+    score: float
+    chunk_id: str
+    """The neighbour's chunk closest to the document."""
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {
+            "doc_id": self.doc_id,
+            "title": self.title,
+            "score": round(self.score, 6),
+            "chunk_id": self.chunk_id,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class IngestReport:
     """What an ingest did, document by document."""
 

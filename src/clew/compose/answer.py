@@ -27,7 +27,7 @@ import numpy.typing as npt
 from clew.compose.assemble import Context
 from clew.errors import ModelError
 from clew.models.logistic import LogisticModel, fit_logistic
-from clew.types import LEGS, Hit, JSONValue
+from clew.types import LEGS, Hit, JSONValue, RerankStatus
 
 EVIDENCE: tuple[str, ...] = (
     "fused_top",
@@ -83,6 +83,10 @@ class Answer:
     """Why a generative answer fell back to the extractive one (empty if it did not)."""
     trace_id: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    release: int | None = None
+    """The index release every stage of this answer read."""
+    rerank: RerankStatus | None = None
+    """Whether the reranker ran or fell back, and why (None when none was configured)."""
 
     def to_dict(self) -> dict[str, JSONValue]:
         return {
@@ -106,6 +110,8 @@ class Answer:
                 for d in self.context.dropped
             ],
             "context_tokens": self.context.tokens,
+            "release": self.release,
+            "rerank": None if self.rerank is None else self.rerank.to_dict(),
             "trace_id": self.trace_id,
             "timings_ms": dict(self.timings_ms),
         }

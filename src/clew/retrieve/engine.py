@@ -13,8 +13,9 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,9 @@ from clew.types import (
     RerankStatus,
     Route,
     SearchResult,
+    Similar,
+    StoredChunk,
+    StoredDocument,
 )
 
 if TYPE_CHECKING:
@@ -56,6 +60,47 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _INGEST_META = ("embedder", "embedder_version", "dim", "analyzer", "concepts", "chunk")
+
+
+class _ReadWriteLock:
+    """Many readers or one writer; a waiting writer holds back new readers (no starvation)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writing = False
+        self._waiting = 0
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._cond:
+            while self._writing or self._waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            try:
+                while self._writing or self._readers:
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
 
 
 @dataclass(slots=True)
@@ -72,20 +117,28 @@ class _Snapshot:
     _masks: OrderedDict[str, Mask] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def allowed(self, filter_json: str | None) -> Mask:
-        if filter_json is None:
+    def allowed(self, filter_json: str | None, scope_json: str | None = None) -> Mask:
+        """Live chunks that pass the request's filter AND the caller's scope.
+
+        The filter is strict (a field no document has is an error); the scope is not (a scope
+        over a field nothing has yet hides everything, and its error would reveal field names).
+        """
+        if filter_json is None and scope_json is None:
             return self.live
+        key = f"{filter_json}\x00{scope_json}"
         with self._lock:
-            cached = self._masks.get(filter_json)
+            cached = self._masks.get(key)
             if cached is not None:
-                self._masks.move_to_end(filter_json)
+                self._masks.move_to_end(key)
                 return cached
             if self._columns is None:
                 self._columns = MetadataColumns.build(len(self.live), self.store.metadata_rows())
-            node = parse_filter(filter_json)
-            assert node is not None
-            mask = self._columns.mask(node) & self.live
-            self._masks[filter_json] = mask
+            mask = self.live
+            for spec, strict in ((filter_json, True), (scope_json, False)):
+                node = parse_filter(spec)
+                if node is not None:
+                    mask = mask & self._columns.mask(node, strict=strict)
+            self._masks[key] = mask
             if len(self._masks) > 64:
                 self._masks.popitem(last=False)
             return mask
@@ -115,6 +168,10 @@ class _Run:
     hits: tuple[Hit, ...] = ()
     embedding: Future[Any] | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    scope: dict[str, Any] | None = None
+    """The caller's scope (AND-ed with the filter in every leg); None = unscoped."""
+    caller: str | None = None
+    """Name of the principal that asked (a service key's name; never the key)."""
 
     def result(self) -> SearchResult:
         return SearchResult(
@@ -156,6 +213,8 @@ class _Run:
             "query": self.query,
             "k": self.k,
             "filter": self.filter,
+            "scope": self.scope,
+            "caller": self.caller,
             "preset": self.preset,
             "config": self.cfg.to_dict(),
             "release": self.snap.release,
@@ -233,6 +292,10 @@ class Engine:
         self._extractor = extractor
         self._snapshot: _Snapshot | None = None
         self._sync_lock = threading.Lock()
+        """Guards the model, calibration and trace caches (never held while waiting on _rw)."""
+        self._refresh_lock = threading.Lock()
+        self._rw = _ReadWriteLock()
+        self._local = threading.local()
         self._pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="clew-leg")
         self._rerankers: dict[tuple[Any, ...], Reranker] = {}
         self._calibrations: dict[str, Calibration] = {}
@@ -372,14 +435,41 @@ class Engine:
     # -- derived indexes --------------------------------------------------------------------
 
     def refresh(self) -> None:
-        """Bring the derived indexes up to the store's release (catch up or rebuild)."""
-        with self._sync_lock:
+        """Bring the derived indexes up to the store's release (catch up or rebuild).
+
+        Catching up updates the lexical and vector indexes in place, so it waits until no
+        request is reading the current snapshot (:meth:`_reading`), and requests wait for it."""
+        if getattr(self._local, "snap", None) is not None:
+            return  # a request pinned to its snapshot never refreshes in the middle
+        with self._refresh_lock:
             release = self.store.release()
             if self._snapshot is not None and self._snapshot.release == release:
                 return
-            self._snapshot = self._sync(release)
+            with self._rw.writing():
+                self._snapshot = self._sync(release)
+
+    @contextmanager
+    def _reading(self) -> Iterator[_Snapshot]:
+        """Pin one snapshot for a whole request: every stage of a search or ask (and its trace)
+        reads the same release, however many writes land meanwhile. Re-entrant per thread."""
+        pinned: _Snapshot | None = getattr(self._local, "snap", None)
+        if pinned is not None:
+            yield pinned
+            return
+        self._snap()  # catch up first, outside the read side
+        with self._rw.reading():
+            snap = self._snapshot
+            assert snap is not None
+            self._local.snap = snap
+            try:
+                yield snap
+            finally:
+                self._local.snap = None
 
     def _snap(self) -> _Snapshot:
+        pinned: _Snapshot | None = getattr(self._local, "snap", None)
+        if pinned is not None:
+            return pinned
         release = self.store.release()
         snap = self._snapshot
         if snap is None or snap.release != release:
@@ -453,12 +543,22 @@ class Engine:
         filter: Any = None,
         preset: str | None = None,
         config: EngineConfig | None = None,
+        scope: Any = None,
+        caller: str | None = None,
     ) -> SearchResult:
-        """Hybrid search. Always returns a :class:`SearchResult`."""
-        run = self._retrieve(query, k=k, filter=filter, preset=preset, config=config)
-        result = run.result()
-        if run.cfg.trace.enabled:
-            result = replace(result, trace_id=self._write_trace(run, "search"))
+        """Hybrid search. Always returns a :class:`SearchResult`.
+
+        ``scope`` is the caller's access filter (a service key's scope): AND-ed with ``filter``
+        in every leg and graph expansion, so a request can narrow what it sees, never widen it.
+        ``caller`` names the principal in the trace."""
+        with self._reading():
+            run = self._retrieve(
+                query, k=k, filter=filter, preset=preset, config=config, scope=scope
+            )
+            run.caller = caller
+            result = run.result()
+            if run.cfg.trace.enabled:
+                result = replace(result, trace_id=self._write_trace(run, "search"))
         return result
 
     def _retrieve(
@@ -470,6 +570,7 @@ class Engine:
         preset: str | None,
         config: EngineConfig | None,
         exclude_docs: Sequence[str] = (),
+        scope: Any = None,
     ) -> _Run:
         """Every stage up to the final hits, with the intermediate lists kept for the trace.
 
@@ -489,10 +590,12 @@ class Engine:
             raise QueryError(f"k={k!r} is invalid; allowed: 1..1000")
         node = parse_filter(filter)
         filter_json = None if node is None else json.dumps(to_json(node), sort_keys=True)
+        scope_node = parse_filter(scope)
+        scope_json = None if scope_node is None else json.dumps(to_json(scope_node), sort_keys=True)
 
         t = time.perf_counter()
         snap = self._snap()
-        allowed = snap.allowed(filter_json)
+        allowed = snap.allowed(filter_json, scope_json)
         if exclude_docs:
             allowed = allowed.copy()
             chunks = snap.graph.layout().doc_chunks
@@ -546,6 +649,7 @@ class Engine:
             fused = dedup(fused, content_hash)
         timings["fuse"] = _ms(t)
         run = _Run(cfg, query, k, to_json(node), preset or "default", snap, chosen, lists, fused)
+        run.scope = to_json(scope_node)
 
         pool = fused
         if (cfg.expand.enabled or chosen.expand) and fused:
@@ -675,11 +779,19 @@ class Engine:
         filter: Any = None,
         preset: str | None = None,
         config: EngineConfig | None = None,
+        scope: Any = None,
+        caller: str | None = None,
     ) -> Answer:
-        """Search, assemble a budgeted context, and answer with citations (or abstain)."""
-        answer, run, extra = self._ask(question, k=k, filter=filter, preset=preset, config=config)
-        if run.cfg.trace.enabled:
-            answer = replace(answer, trace_id=self._write_trace(run, "ask", extra))
+        """Search, assemble a budgeted context, and answer with citations (or abstain).
+
+        ``scope`` and ``caller`` as in :meth:`search`."""
+        with self._reading():
+            answer, run, extra = self._ask(
+                question, k=k, filter=filter, preset=preset, config=config, scope=scope
+            )
+            run.caller = caller
+            if run.cfg.trace.enabled:
+                answer = replace(answer, trace_id=self._write_trace(run, "ask", extra))
         return answer
 
     def _ask(
@@ -691,6 +803,7 @@ class Engine:
         preset: str | None,
         config: EngineConfig | None,
         exclude_docs: Sequence[str] = (),
+        scope: Any = None,
     ) -> tuple[Answer, _Run, dict[str, Any]]:
         from clew.compose.answer import (
             NOT_FOUND,
@@ -712,6 +825,7 @@ class Engine:
             preset=preset,
             config=cfg,
             exclude_docs=exclude_docs,
+            scope=scope,
         )
         timings = run.timings
         t = time.perf_counter()
@@ -801,11 +915,15 @@ class Engine:
             nearest=run.hits[:3] if abstained else (),
             fallback=fallback,
             timings_ms=timings,
+            release=run.snap.release,
+            rerank=run.rerank_status,
         )
         out = answer.to_dict()
         extra = {
             "answer": {
-                key: out[key] for key in out if key not in ("hits", "timings_ms", "trace_id")
+                key: out[key]
+                for key in out
+                if key not in ("hits", "timings_ms", "trace_id", "release")
             },
             "calibration": calibration_info,
         }
@@ -847,13 +965,23 @@ class Engine:
         old = TraceStore(self.directory).read(trace_id)
         cfg = EngineConfig.from_dict(old["config"])
         kind = old.get("kind", "search")
-        args = {"k": old["k"], "filter": old["filter"], "preset": old["preset"], "config": cfg}
-        if kind == "ask":
-            _, run, extra = self._ask(old["query"], **args)
-            new = run.trace("ask")
-            new.update(extra)
-        else:
-            new = self._retrieve(old["query"], **args).trace("search")
+        args = {
+            "k": old["k"],
+            "filter": old["filter"],
+            "preset": old["preset"],
+            "config": cfg,
+            "scope": old.get("scope"),
+        }
+        with self._reading():
+            if kind == "ask":
+                _, run, extra = self._ask(old["query"], **args)
+                run.caller = old.get("caller")
+                new = run.trace("ask")
+                new.update(extra)
+            else:
+                run = self._retrieve(old["query"], **args)
+                run.caller = old.get("caller")
+                new = run.trace("search")
         then, now = int(old["release"]), int(new["release"])
         diffs = [str(d) for d in diff_traces(old, new) if d.path != "release"]
         if then != now:  # first: it explains the rest
@@ -905,6 +1033,78 @@ class Engine:
         return lists
 
     # -- inspection -------------------------------------------------------------------------
+
+    def document(self, doc_id: str, *, scope: Any = None) -> StoredDocument | None:
+        """The stored document, or None when there is none or ``scope`` hides it (a caller
+        outside the scope cannot tell the two apart)."""
+        found = self.store.document(doc_id)
+        if found is None:
+            return None
+        doc, chunks = found
+        if not self._visible([c[0] for c in chunks], doc["metadata"], scope):
+            return None
+        return StoredDocument(
+            doc_id=doc["doc_id"],
+            title=doc["title"],
+            source=doc["source"],
+            metadata=doc["metadata"],
+            text=doc["text"],
+            chunks=tuple(StoredChunk(c[1], c[2], c[3]) for c in chunks),
+            release=doc["release"],
+        )
+
+    def _visible(self, ordinals: Sequence[int], metadata: Mapping[str, Any], scope: Any) -> bool:
+        node = parse_filter(scope)
+        if node is None:
+            return True
+        if not ordinals:  # an empty document has no chunk to mask: judge its metadata alone
+            cols = MetadataColumns.build(1, [([0], metadata)])
+            return bool(cols.mask(node, strict=False)[0])
+        with self._reading() as snap:
+            allowed = snap.allowed(None, json.dumps(to_json(node), sort_keys=True))
+            return all(o < len(allowed) and bool(allowed[o]) for o in ordinals)
+
+    def similar(
+        self, doc_id: str, *, k: int = 5, filter: Any = None, scope: Any = None
+    ) -> list[Similar]:
+        """ "More like this": documents whose chunks lie nearest (dense cosine) to any chunk of
+        ``doc_id``, best chunk pair per document, the document itself excluded. ``filter`` and
+        ``scope`` apply as in :meth:`search`; a document the scope hides is a StoreError, the
+        same as one that does not exist."""
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 100:
+            raise QueryError(f"k={k!r} is invalid; allowed: 1..100")
+        node = parse_filter(filter)
+        scope_node = parse_filter(scope)
+        with self._reading() as snap:
+            found = self.store.document(doc_id)
+            if found is None or not self._visible(
+                [c[0] for c in found[1]], found[0]["metadata"], scope
+            ):
+                raise StoreError(f"no document with id {doc_id!r} in the index")
+            own = [c[0] for c in found[1] if c[0] < len(snap.vector.matrix)]
+            if not own:
+                return []
+            allowed = snap.allowed(
+                None if node is None else json.dumps(to_json(node), sort_keys=True),
+                None if scope_node is None else json.dumps(to_json(scope_node), sort_keys=True),
+            ).copy()
+            allowed[[o for o in own if o < len(allowed)]] = False
+            best: dict[int, tuple[float, int]] = {}
+            for o in own[:16]:  # a long document: its first chunks stand for it
+                for hit in snap.vector.search(snap.vector.matrix[o], allowed, 10 * k):
+                    prev = best.get(hit.ordinal)
+                    if prev is None or hit.score > prev[0]:
+                        best[hit.ordinal] = (hit.score, hit.ordinal)
+            rows = snap.store.fetch(sorted(best))
+            by_doc: dict[str, Similar] = {}
+            for ordinal, (score, _) in sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0])):
+                row = rows.get(ordinal)
+                if row is None or row.doc_id in by_doc:
+                    continue
+                by_doc[row.doc_id] = Similar(row.doc_id, row.title, float(score), row.chunk_id)
+                if len(by_doc) == k:
+                    break
+            return list(by_doc.values())
 
     def stats(self) -> dict[str, Any]:
         snap = self._snap()

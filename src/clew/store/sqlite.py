@@ -309,6 +309,37 @@ class SQLiteStore:
             is not None
         )
 
+    def document(
+        self, doc_id: str
+    ) -> tuple[dict[str, Any], list[tuple[int, str, int, str]]] | None:
+        """A stored document (doc_id, title, source, fmt, metadata, text, release) and its chunks
+        as (ordinal, chunk id, seq, text) in order; None if there is no such document."""
+        conn = self._conn()
+        row = conn.execute(
+            "SELECT doc_id, title, source, fmt, metadata, text, release FROM documents "
+            "WHERE doc_id = ?",
+            (doc_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        doc = {
+            "doc_id": row[0],
+            "title": row[1],
+            "source": row[2],
+            "fmt": row[3],
+            "metadata": json.loads(row[4]),
+            "text": row[5],
+            "release": int(row[6]),
+        }
+        chunks = [
+            (int(r[0]), r[1], int(r[2]), r[3])
+            for r in conn.execute(
+                "SELECT ordinal, chunk_id, seq, text FROM chunks WHERE doc_id = ? ORDER BY seq",
+                (doc_id,),
+            )
+        ]
+        return doc, chunks
+
     def counts(self) -> dict[str, int]:
         conn = self._conn()
         return {

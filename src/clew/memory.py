@@ -1,0 +1,197 @@
+"""Long-term agent memory: a memory is a small document in the same index as the corpus.
+
+A memory is written like any other document (chunked, embedded, linked into the graph), so the
+legs, filters and explanations that serve documents serve memories too. Its metadata says what
+it is::
+
+    {"kind": "memory", "session": "s-42" | None, "created_at": "2026-03-01T12:00:00Z", ...}
+
+Its id is ``mem-`` plus the first 16 hex digits of ``sha256(session|created_at|text)``, so
+remembering the same thing at the same time twice writes one document. A caller's *stamp*
+(:meth:`clew.serve.auth.Principal.stamp`, the equality fields of its scope) is written last and
+wins over user metadata, so a scoped caller can always find what it wrote.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from clew.errors import QueryError
+from clew.types import Document
+
+if TYPE_CHECKING:
+    from clew.retrieve.engine import Engine
+
+__all__ = [
+    "MAX_MEMORY_CHARS",
+    "MEMORY_KIND",
+    "MEMORY_SOURCE",
+    "RESERVED_KEYS",
+    "forget",
+    "memory_document",
+    "remember",
+]
+
+MAX_MEMORY_CHARS = 100_000
+"""The longest memory text accepted, in characters."""
+MAX_TITLE_CHARS = 80
+MEMORY_KIND = "memory"
+MEMORY_SOURCE = "memory"
+RESERVED_KEYS = ("kind", "session", "created_at")
+"""Metadata keys a memory sets itself; user metadata may not use them."""
+
+
+def memory_document(
+    text: Any,
+    *,
+    session: Any = None,
+    timestamp: Any = None,
+    metadata: Any = None,
+    stamp: Any = None,
+) -> Document:
+    """Validate the arguments of :func:`remember` and build the memory's :class:`Document`."""
+    body = _text(text)
+    sess = _session(session)
+    created_at = _timestamp(timestamp)
+    user = _metadata(metadata, "metadata", reserved=True)
+    stamped = _metadata(stamp, "stamp", reserved=False)
+    digest = hashlib.sha256(f"{sess or ''}|{created_at}|{body}".encode()).hexdigest()
+    first_line = body.strip().splitlines()[0].strip()
+    return Document(
+        doc_id=f"mem-{digest[:16]}",
+        title=first_line[:MAX_TITLE_CHARS].rstrip(),
+        text=body,
+        source=MEMORY_SOURCE,
+        metadata={
+            "kind": MEMORY_KIND,
+            "session": sess,
+            "created_at": created_at,
+            **user,
+            **stamped,
+        },
+    )
+
+
+def remember(
+    engine: Engine,
+    text: str,
+    *,
+    session: str | None = None,
+    timestamp: str | dt.datetime | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    stamp: Mapping[str, Any] | None = None,
+) -> str:
+    """Store ``text`` as a memory document and return its id.
+
+    ``timestamp``: ISO 8601 text or a datetime (naive = UTC); None = now. ``metadata``: extra
+    JSON fields (not ``kind``, ``session`` or ``created_at``). ``stamp``: fields written last,
+    over ``metadata`` (a principal's :meth:`~clew.serve.auth.Principal.stamp`).
+    Invalid arguments raise :class:`~clew.errors.QueryError` naming the value and what is allowed.
+    """
+    doc = memory_document(
+        text, session=session, timestamp=timestamp, metadata=metadata, stamp=stamp
+    )
+    engine.ingest([doc])
+    return doc.doc_id
+
+
+def forget(engine: Engine, memory_id: str) -> int:
+    """Delete a memory (any document, by id) from every leg; returns the new release.
+
+    An unknown id is the engine's :class:`~clew.errors.StoreError`; nothing is removed."""
+    if not isinstance(memory_id, str) or not memory_id.strip():
+        raise QueryError(f"memory id {memory_id!r} is invalid; allowed: a non-empty string")
+    return engine.delete(memory_id)
+
+
+# -- validation -------------------------------------------------------------------------------
+
+
+def _text(text: Any) -> str:
+    if not isinstance(text, str):
+        raise QueryError(f"memory text must be a string, got {type(text).__name__}: {text!r:.80}")
+    if not text.strip():
+        raise QueryError("memory text is empty; allowed: at least one non-blank character")
+    if len(text) > MAX_MEMORY_CHARS:
+        raise QueryError(
+            f"memory text has {len(text)} characters; allowed: at most {MAX_MEMORY_CHARS}"
+        )
+    return text
+
+
+def _session(session: Any) -> str | None:
+    if session is None:
+        return None
+    if not isinstance(session, str) or not session.strip():
+        raise QueryError(f"session={session!r} is invalid; allowed: a non-empty string or null")
+    return session
+
+
+def _timestamp(value: Any) -> str:
+    """ISO 8601 UTC with a ``Z``: seconds, plus microseconds when there are any."""
+    if value is None:
+        when = dt.datetime.now(dt.UTC)
+    elif isinstance(value, dt.datetime):
+        when = value
+    elif isinstance(value, str):
+        try:
+            when = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise QueryError(
+                f"timestamp {value!r} is not an ISO 8601 time; allowed: e.g. "
+                "'2026-03-01', '2026-03-01T12:00:00Z' or '2026-03-01T13:00:00+01:00'"
+            ) from None
+    else:
+        raise QueryError(
+            f"timestamp={value!r} is invalid; allowed: an ISO 8601 string, a datetime or null"
+        )
+    when = when.replace(tzinfo=dt.UTC) if when.tzinfo is None else when.astimezone(dt.UTC)
+    return when.replace(tzinfo=None).isoformat() + "Z"
+
+
+def _metadata(value: Any, name: str, *, reserved: bool) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise QueryError(
+            f"{name} must be an object of JSON values, got {type(value).__name__}: {value!r:.80}"
+        )
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key.strip():
+            raise QueryError(f"{name} key {key!r} is invalid; allowed: a non-empty string")
+        if reserved and key in RESERVED_KEYS:
+            raise QueryError(
+                f"{name} key {key!r} is reserved for memories; allowed: any key except "
+                f"{', '.join(RESERVED_KEYS)}"
+            )
+        _check_json(item, f"{name}.{key}")
+        out[key] = item
+    return out
+
+
+def _check_json(value: Any, where: str) -> None:
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise QueryError(f"{where}={value!r} is not allowed; allowed: finite numbers")
+        return
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_json(item, f"{where}[{i}]")
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise QueryError(f"{where} has key {key!r}; allowed: string keys")
+            _check_json(item, f"{where}.{key}")
+        return
+    raise QueryError(
+        f"{where}={value!r:.80} ({type(value).__name__}) is not a JSON value; allowed: string, "
+        "number, boolean, null, list or object"
+    )

@@ -1,0 +1,588 @@
+"""The HTTP API: ``create_app(settings)`` returns a FastAPI app over one embedded engine.
+
+Every request runs as a principal (an API key's name, scope and admin flag). The scope is an
+access filter the engine AND-s with the request's own filter inside every leg and graph
+expansion, so a caller can narrow what it sees and never widen it; a document outside the scope
+is a 404, exactly like one that does not exist. Engine calls are blocking, so they run in worker
+threads under a request timeout: a slow reranker or LLM never blocks the event loop. Writes go
+through one background job thread; readers keep answering from a pinned snapshot meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import anyio
+import anyio.to_thread
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+
+from clew import __version__
+from clew.config import EngineConfig
+from clew.errors import (
+    ClewError,
+    ConfigError,
+    FilterError,
+    IndexNotFoundError,
+    LLMError,
+    ModelError,
+    QueryError,
+    StoreError,
+)
+from clew.eval.gate import check_gates, load_gates
+from clew.retrieve.engine import Engine
+from clew.serve.auth import ANONYMOUS, KeyStore, Principal
+from clew.serve.dto import (
+    AskRequest,
+    DeleteResponse,
+    DocumentsRequest,
+    GateResponse,
+    HealthResponse,
+    JobAccepted,
+    JobStatus,
+    SearchRequest,
+    SimilarResponse,
+)
+from clew.serve.jobs import JobManager
+from clew.serve.metrics import CONTENT_TYPE, Metrics
+from clew.serve.settings import ServeSettings
+from clew.types import Document
+
+__all__ = ["ServiceState", "create_app"]
+
+log = logging.getLogger("clew.serve")
+T = TypeVar("T")
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+@dataclass
+class ServiceState:
+    """What the handlers share: settings, the engine, keys, jobs, metrics, the thread limiter."""
+
+    settings: ServeSettings
+    engine: Engine
+    config: EngineConfig
+    keys: KeyStore | None
+    jobs: JobManager
+    metrics: Metrics
+    limiter: anyio.CapacityLimiter
+    owns_engine: bool
+    keys_mtime: float = 0.0
+
+    def authenticate(self, key: str | None) -> Principal | None:
+        """The key's principal. The keys file is re-read when it changes, so keys added or
+        revoked with `clew keys` take effect without a restart."""
+        path = self.settings.keys
+        if path is not None:
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:
+                mtime = self.keys_mtime
+            if mtime != self.keys_mtime:
+                try:
+                    self.keys = KeyStore.load(path)
+                    self.keys_mtime = mtime
+                except ClewError:
+                    log.exception("keys file changed but cannot be read; keeping the old keys")
+        return None if self.keys is None else self.keys.authenticate(key)
+
+    def close(self) -> None:
+        self.jobs.close()
+        if self.owns_engine:
+            self.engine.close()
+
+    async def call(self, fn: Callable[[], T]) -> T:
+        """Run a blocking engine call in a worker thread, bounded by the request timeout."""
+        seconds = self.settings.request_timeout_s
+        try:
+            with anyio.fail_after(seconds):
+                return await anyio.to_thread.run_sync(
+                    fn, limiter=self.limiter, abandon_on_cancel=True
+                )
+        except TimeoutError:
+            raise HTTPException(
+                504, f"the request took longer than {seconds:g} s (request_timeout_s)"
+            ) from None
+
+
+class _BodyLimit:
+    """Reject bodies over ``limit`` bytes with 413, by Content-Length or while streaming."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    length = int(value)
+                except ValueError:
+                    length = 0
+                if length > self.limit:
+                    await _reject_body(send, self.limit)
+                    return
+        seen = 0
+        too_big = False
+
+        async def limited() -> MutableMapping[str, Any]:
+            nonlocal seen, too_big
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    too_big = True
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            if too_big:
+                await _reject_body(send, self.limit)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _reject_body(send: Send, limit: int) -> None:
+    body = json.dumps({"detail": f"request body is over {limit} bytes (max_body_bytes)"}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _field_error(loc: list[str | int], message: str, status: int = 422) -> JSONResponse:
+    return JSONResponse(
+        {"detail": [{"loc": loc, "msg": message, "type": "value_error"}]}, status_code=status
+    )
+
+
+def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI:
+    """The API over ``engine`` (or the engine at ``settings.index``, opened here and closed on
+    shutdown). State is built eagerly, so in-process clients need no lifespan events."""
+    config = EngineConfig.from_yaml(settings.config) if settings.config else EngineConfig()
+    owns = engine is None
+    if engine is None:
+        engine = Engine(settings.index, config)
+    keys = None if settings.no_auth or settings.keys is None else KeyStore.load(settings.keys)
+    metrics = Metrics()
+    state = ServiceState(
+        settings=settings,
+        engine=engine,
+        config=config,
+        keys=keys,
+        jobs=JobManager(
+            engine,
+            keep=settings.jobs_kept,
+            on_document=lambda status: metrics.documents.labels(status).inc(),
+        ),
+        metrics=metrics,
+        limiter=anyio.CapacityLimiter(settings.threads),
+        owns_engine=owns,
+        keys_mtime=settings.keys.stat().st_mtime if settings.keys else 0.0,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        yield
+        state.close()
+
+    app = FastAPI(
+        title="clew",
+        version=__version__,
+        description="Explainable hybrid retrieval: search, answers with citations, documents, "
+        "traces and evaluation gates. Authenticate with `Authorization: Bearer <key>`.",
+        lifespan=lifespan,
+    )
+    app.state.clew = state
+    _install_middleware(app, state)
+    _install_errors(app)
+    _install_routes(app, state)
+    return app
+
+
+def _install_middleware(app: FastAPI, state: ServiceState) -> None:
+    @app.middleware("http")
+    async def count(request: Request, call_next: Any) -> Response:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response: Response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            route = request.scope.get("route")
+            endpoint = getattr(route, "path", None) or "unmatched"
+            state.metrics.observe_request(
+                request.method, endpoint, status, time.perf_counter() - started
+            )
+
+    app.add_middleware(_BodyLimit, limit=state.settings.max_body_bytes)
+
+
+def _install_errors(app: FastAPI) -> None:
+    @app.exception_handler(FilterError)
+    async def bad_filter(request: Request, exc: FilterError) -> JSONResponse:
+        return _field_error(["body", "filter"], str(exc))
+
+    @app.exception_handler(QueryError)
+    async def bad_query(request: Request, exc: QueryError) -> JSONResponse:
+        message = str(exc)
+        field = "k" if message.startswith("k=") else "query"
+        return _field_error(["body", field], message)
+
+    @app.exception_handler(ConfigError)
+    async def bad_config(request: Request, exc: ConfigError) -> JSONResponse:
+        return _field_error(["body"], str(exc))
+
+    @app.exception_handler(IndexNotFoundError)
+    async def no_index(request: Request, exc: IndexNotFoundError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(StoreError)
+    async def store_error(request: Request, exc: StoreError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+
+    @app.exception_handler(LLMError)
+    async def llm_error(request: Request, exc: LLMError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=502)
+
+    @app.exception_handler(ModelError)
+    async def model_error(request: Request, exc: ModelError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(ClewError)
+    async def clew_error(request: Request, exc: ClewError) -> JSONResponse:
+        return _field_error(["body"], str(exc))
+
+    @app.exception_handler(RecursionError)
+    async def too_deep(request: Request, exc: RecursionError) -> JSONResponse:
+        return _field_error(["body"], "JSON is nested too deeply", 400)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's shape, without echoing the input back (it may be large or sensitive)
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        return JSONResponse({"detail": errors}, status_code=422)
+
+
+def _principal(request: Request) -> Principal:
+    """The caller, from ``Authorization: Bearer <key>`` or ``X-API-Key``; 401 otherwise."""
+    state: ServiceState = request.app.state.clew
+    if state.keys is None:
+        return ANONYMOUS
+    key = request.headers.get("x-api-key")
+    auth = request.headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        key = auth[7:].strip()
+    found = state.authenticate(key)
+    if found is None:
+        raise HTTPException(
+            401,
+            "missing or invalid API key; send `Authorization: Bearer <key>`",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    return found
+
+
+def _admin(caller: Annotated[Principal, Depends(_principal)]) -> Principal:
+    if not caller.admin:
+        raise HTTPException(403, f"key {caller.name!r} may not write; writes need an admin key")
+    return caller
+
+
+Caller = Annotated[Principal, Depends(_principal)]
+Admin = Annotated[Principal, Depends(_admin)]
+
+
+def _install_routes(app: FastAPI, state: ServiceState) -> None:
+    settings, engine = state.settings, state.engine
+
+    def config_for(body: SearchRequest | AskRequest) -> EngineConfig:
+        over: dict[str, dict[str, Any]] = {}
+        if body.expand is not None:
+            over["expand"] = {"enabled": body.expand}
+        if body.rerank is not None:
+            over["rerank"] = {"kind": body.rerank}
+        if isinstance(body, AskRequest) and body.mode is not None:
+            over["answer"] = {"mode": body.mode}
+        base = state.config
+        if body.preset is not None:
+            from clew.config import preset_config
+
+            base = preset_config(body.preset)
+        return base.with_overrides(**over) if over else base
+
+    def check_limits(text: str, field: str, k: int | None) -> None:
+        if len(text) > settings.max_query_chars:
+            raise RequestValidationError(
+                [
+                    {
+                        "loc": ("body", field),
+                        "msg": f"{field} has {len(text)} characters; allowed: at most "
+                        f"{settings.max_query_chars}",
+                        "type": "string_too_long",
+                    }
+                ]
+            )
+        if k is not None and k > settings.max_k:
+            raise RequestValidationError(
+                [
+                    {
+                        "loc": ("body", "k"),
+                        "msg": f"k={k} is too large; allowed: 1..{settings.max_k}",
+                        "type": "less_than_equal",
+                    }
+                ]
+            )
+
+    async def retrieve(body: SearchRequest | AskRequest, caller: Principal) -> dict[str, Any]:
+        """Run a search or an ask as ``caller``; its stage timings go to the metrics."""
+        text, kind = (
+            (body.query, "search")
+            if isinstance(body, SearchRequest)
+            else (
+                body.question,
+                "ask",
+            )
+        )
+        check_limits(text, "query" if kind == "search" else "question", body.k)
+        run = engine.search if kind == "search" else engine.ask
+        cfg = config_for(body)
+        result: dict[str, Any] = await state.call(
+            lambda: run(
+                text,
+                k=body.k,
+                filter=body.filter,
+                config=cfg,
+                scope=caller.scope,
+                caller=caller.name,
+            ).to_dict()
+        )
+        state.metrics.observe_result(kind, result)
+        return result
+
+    @app.post("/search", tags=["retrieval"], summary="Hybrid search with per-hit provenance")
+    async def search(body: SearchRequest, caller: Caller) -> dict[str, Any]:
+        return await retrieve(body, caller)
+
+    @app.post("/ask", tags=["retrieval"], summary="Answer with citations, or abstain")
+    async def ask(body: AskRequest, caller: Caller) -> dict[str, Any]:
+        return await retrieve(body, caller)
+
+    @app.post(
+        "/documents",
+        tags=["documents"],
+        status_code=202,
+        response_model=JobAccepted | JobStatus,
+        summary="Ingest a batch of documents as a background job",
+    )
+    async def add_documents(
+        body: DocumentsRequest,
+        request: Request,
+        caller: Admin,
+        wait: Annotated[
+            bool, Query(description="wait for the job to finish (up to the request timeout)")
+        ] = False,
+    ) -> Any:
+        if len(body.documents) > settings.max_batch:
+            raise RequestValidationError(
+                [
+                    {
+                        "loc": ("body", "documents"),
+                        "msg": f"{len(body.documents)} documents in one batch; allowed: at most "
+                        f"{settings.max_batch}",
+                        "type": "too_long",
+                    }
+                ]
+            )
+        for i, d in enumerate(body.documents):
+            if len(d.text) > settings.max_document_chars:
+                raise RequestValidationError(
+                    [
+                        {
+                            "loc": ("body", "documents", i, "text"),
+                            "msg": f"text has {len(d.text)} characters; allowed: at most "
+                            f"{settings.max_document_chars}",
+                            "type": "string_too_long",
+                        }
+                    ]
+                )
+        docs = [
+            Document(
+                doc_id=d.id,
+                title=d.title or d.id,
+                text=d.text,
+                source="api",
+                metadata={**d.metadata, **caller.stamp()},
+                links=tuple(d.links),
+            )
+            for d in body.documents
+        ]
+        job = state.jobs.submit(docs, caller.name)
+        log.info("job %s: %d documents from %s", job.job_id, len(docs), caller.name)
+        if wait:
+            snap = await anyio.to_thread.run_sync(
+                lambda: state.jobs.wait(job.job_id, settings.request_timeout_s),
+                abandon_on_cancel=True,
+            )
+            if snap is not None and snap["state"] in ("done", "failed"):
+                return JSONResponse(snap, status_code=200)
+        return JobAccepted(
+            job_id=job.job_id,
+            status_url=str(request.url_for("job", job_id=job.job_id)),
+            total=len(docs),
+        )
+
+    @app.get("/jobs/{job_id}", name="job", tags=["documents"], response_model=JobStatus)
+    async def job(job_id: str, caller: Admin) -> Any:
+        snap = state.jobs.get(job_id)
+        if snap is None:
+            raise HTTPException(404, f"no job {job_id!r} (finished jobs are kept for a while)")
+        return snap
+
+    @app.get(
+        "/documents/{doc_id:path}/similar",
+        tags=["documents"],
+        response_model=SimilarResponse,
+        summary='"More like this": dense neighbours of a document',
+    )
+    async def similar(
+        doc_id: str, caller: Caller, k: Annotated[int, Query(ge=1, le=100)] = 5
+    ) -> Any:
+        try:
+            found = await state.call(lambda: engine.similar(doc_id, k=k, scope=caller.scope))
+        except StoreError:
+            raise HTTPException(404, f"no document {doc_id!r}") from None
+        return {"doc_id": doc_id, "similar": [s.to_dict() for s in found]}
+
+    @app.get("/documents/{doc_id:path}", tags=["documents"])
+    async def get_document(doc_id: str, caller: Caller) -> dict[str, Any]:
+        doc = await state.call(lambda: engine.document(doc_id, scope=caller.scope))
+        if doc is None:
+            raise HTTPException(404, f"no document {doc_id!r}")
+        return doc.to_dict()
+
+    @app.delete("/documents/{doc_id:path}", tags=["documents"], response_model=DeleteResponse)
+    async def delete_document(doc_id: str, caller: Admin) -> Any:
+        if await state.call(lambda: engine.document(doc_id, scope=caller.scope)) is None:
+            raise HTTPException(404, f"no document {doc_id!r}")
+        release = await state.call(lambda: engine.delete(doc_id))
+        log.info("deleted %r (release %d) by %s", doc_id, release, caller.name)
+        return {"deleted": doc_id, "release": release}
+
+    @app.get("/traces/{trace_id}", tags=["traces"])
+    async def trace(trace_id: str, caller: Caller) -> dict[str, Any]:
+        from clew.trace import TraceStore
+
+        try:
+            found = await state.call(lambda: TraceStore(engine.directory).read(trace_id))
+        except QueryError:
+            found = None
+        if found is None or (not caller.admin and found.get("caller") != caller.name):
+            raise HTTPException(404, f"no trace {trace_id!r}")
+        return found
+
+    @app.get(
+        "/eval/gate",
+        tags=["evaluation"],
+        response_model=GateResponse,
+        responses={422: {"model": GateResponse, "description": "a gate failed"}},
+        summary="200 when every quality gate passes, 422 with the reasons otherwise",
+    )
+    async def gate(caller: Caller) -> Any:
+        passed, datasets, reasons = await state.call(lambda: _check_gate(settings))
+        body = {"passed": passed, "datasets": datasets, "reasons": reasons}
+        return JSONResponse(body, status_code=200 if passed else 422)
+
+    @app.get("/eval/table", tags=["evaluation"], summary="The last ablation table per dataset")
+    async def table(caller: Caller) -> dict[str, Any]:
+        tables = await state.call(lambda: _eval_tables(settings.eval_dir))
+        return {"datasets": {name: t for name, (t, _) in tables.items()}}
+
+    @app.get("/health", tags=["service"], response_model=HealthResponse)
+    async def health() -> Any:
+        stats = await state.call(engine.stats)
+        return {
+            "status": "ok",
+            "release": stats["release"],
+            "documents": stats["documents"],
+            "chunks": stats["chunks"],
+        }
+
+    @app.get("/metrics", tags=["service"], response_class=Response)
+    async def metrics() -> Response:
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+
+
+# -- evaluation gate --------------------------------------------------------------------------
+
+
+def _eval_tables(folder: Path) -> dict[str, tuple[dict[str, Any], str]]:
+    """The newest ``clew eval --json`` result per dataset in ``folder``: (table, config under
+    test). The table is config → slice → metric → value."""
+    out: dict[str, tuple[float, dict[str, Any], str]] = {}
+    if not folder.is_dir():
+        return {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            name = str(data["dataset"])
+            runs = {str(r["name"]): r["slices"] for r in data["runs"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            log.warning("skipping %s: not a `clew eval --json` result", path.name)
+            continue
+        if not runs:
+            continue
+        primary = "default" if "default" in runs else next(iter(runs))
+        mtime = path.stat().st_mtime
+        if name not in out or mtime >= out[name][0]:
+            out[name] = (mtime, runs, primary)
+    return {name: (runs, primary) for name, (_, runs, primary) in sorted(out.items())}
+
+
+def _check_gate(settings: ServeSettings) -> tuple[bool, list[str], list[str]]:
+    folder = settings.eval_dir
+    gates_file = settings.gates or folder / "gates.yaml"
+    if not gates_file.is_file():
+        return False, [], [f"no gates file: set gates (or put gates.yaml in {folder.name}/)"]
+    try:
+        gates = load_gates(gates_file)
+    except ClewError as exc:
+        return False, [], [f"gates file is invalid: {exc}"]
+    tables = _eval_tables(folder)
+    reasons: list[str] = []
+    for name in sorted({g.dataset for g in gates}):
+        if name not in tables:
+            reasons.append(
+                f"{name}: no eval results (write them with `clew eval --dataset DIR --ablate "
+                f"--json > {folder.name}/{name}.json`)"
+            )
+            continue
+        table, primary = tables[name]
+        reasons.extend(check_gates(gates, name, table, config=primary))
+    return not reasons, sorted(tables), reasons

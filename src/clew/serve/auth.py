@@ -1,0 +1,214 @@
+"""API keys and scopes: a key maps to a principal whose scope is an access filter.
+
+Keys are random tokens shown once; the keys file stores only their SHA-256 (``sha256:<hex>``),
+which is enough for high-entropy tokens (no password stretching needed). A principal's scope is
+AND-ed with whatever filter a request asks for, so a caller can narrow what it sees, never widen
+it. Keys never appear in logs or traces: only the principal's ``name`` does.
+
+Keys file::
+
+    keys:
+      - name: support-bot
+        hash: "sha256:9f86d0..."
+        scope: {"audience": "public"}   # clew filter JSON; omitted or {} = everything
+        admin: false                     # admin: document writes and every trace
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from clew.errors import ConfigError, FilterError
+from clew.filters import parse_filter, to_json
+
+__all__ = ["ANONYMOUS", "KeyStore", "Principal", "hash_key", "new_key"]
+
+KEY_PREFIX = "clew_"
+_HASH_PREFIX = "sha256:"
+
+
+def new_key() -> str:
+    """A fresh random API key (256 bits)."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_key(key: str) -> str:
+    return _HASH_PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: a key's name, its scope (a normalized filter or None) and admin rights."""
+
+    name: str
+    scope: dict[str, Any] | None = None
+    admin: bool = False
+
+    def narrow(self, requested: Any) -> dict[str, Any] | None:
+        """The filter a request runs with: the scope AND the requested filter.
+
+        The requested filter is validated here, so a malformed one is a :class:`FilterError`
+        naming the problem whether or not the caller has a scope."""
+        node = parse_filter(requested)
+        asked = to_json(node) if node is not None else None
+        if self.scope is None:
+            return asked
+        if asked is None:
+            return self.scope
+        return {"and": [self.scope, asked]}
+
+    def stamp(self) -> dict[str, Any]:
+        """Metadata that makes a document this principal writes visible to it again: the
+        equality fields of its scope (``{"tenant": "acme"}`` → ``tenant: acme``)."""
+        out: dict[str, Any] = {}
+        scope = self.scope or {}
+        parts = scope["and"] if set(scope) == {"and"} else [scope]
+        for part in parts:
+            if not isinstance(part, Mapping):
+                continue
+            for key, value in part.items():
+                if key in ("and", "or", "not"):
+                    continue
+                if isinstance(value, str | int | float | bool):
+                    out[key] = value
+                elif isinstance(value, list) and len(value) == 1:
+                    out[key] = value[0]
+        return out
+
+
+ANONYMOUS = Principal(name="anonymous", scope=None, admin=True)
+"""The caller when auth is off (``--no-auth``, loopback only): everything, admin."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    name: str
+    digest: str
+    principal: Principal
+
+
+class KeyStore:
+    """The configured keys, by hash. ``authenticate`` compares in constant time."""
+
+    def __init__(self, entries: list[_Entry]) -> None:
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def principals(self) -> list[tuple[str, Principal]]:
+        return [(e.name, e.principal) for e in self._entries]
+
+    @classmethod
+    def load(cls, path: str | Path) -> KeyStore:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(
+                f"keys file {str(p)!r} does not exist; create one with `clew keys add`"
+            )
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"keys file {str(p)!r} is not valid YAML: {exc}") from exc
+        return cls.parse(data, where=str(p))
+
+    @classmethod
+    def parse(cls, data: Any, *, where: str = "keys") -> KeyStore:
+        if not isinstance(data, Mapping) or not isinstance(data.get("keys", []), list):
+            raise ConfigError(f"{where}: expected a mapping with a 'keys' list")
+        entries: list[_Entry] = []
+        seen: set[str] = set()
+        for i, raw in enumerate(data.get("keys") or []):
+            at = f"{where}: keys[{i}]"
+            if not isinstance(raw, Mapping):
+                raise ConfigError(f"{at} must be a mapping with name, hash, scope, admin")
+            unknown = set(raw) - {"name", "hash", "scope", "admin"}
+            if unknown:
+                raise ConfigError(
+                    f"{at}: unknown field {sorted(unknown)[0]!r}; allowed: name, hash, scope, admin"
+                )
+            name, digest = raw.get("name"), raw.get("hash")
+            if not isinstance(name, str) or not name.strip():
+                raise ConfigError(f"{at}.name={name!r} is invalid; allowed: a non-empty string")
+            if name in seen:
+                raise ConfigError(f"{at}.name={name!r} is used twice; names must be unique")
+            seen.add(name)
+            if (
+                not isinstance(digest, str)
+                or not digest.startswith(_HASH_PREFIX)
+                or len(digest) != len(_HASH_PREFIX) + 64
+            ):
+                raise ConfigError(
+                    f"{at}.hash is invalid; allowed: 'sha256:' followed by 64 hex digits "
+                    "(never the key itself)"
+                )
+            admin = raw.get("admin", False)
+            if not isinstance(admin, bool):
+                raise ConfigError(f"{at}.admin={admin!r} is invalid; allowed: true or false")
+            scope = _scope(raw.get("scope"), f"{at}.scope")
+            entries.append(_Entry(name, digest, Principal(name, scope, admin)))
+        return cls(entries)
+
+    def authenticate(self, key: str | None) -> Principal | None:
+        if not key:
+            return None
+        digest = hash_key(key)
+        found: Principal | None = None
+        for entry in self._entries:  # no early exit: time does not depend on which key matched
+            if hmac.compare_digest(entry.digest, digest):
+                found = entry.principal
+        return found
+
+    @staticmethod
+    def add(
+        path: str | Path, name: str, *, scope: Any = None, admin: bool = False
+    ) -> tuple[str, Principal]:
+        """Add a key to the keys file (created if missing, written atomically); returns the
+        plaintext key, which is not stored anywhere."""
+        p = Path(path)
+        data: dict[str, Any] = {"keys": []}
+        if p.exists():
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {"keys": []}
+            KeyStore.parse(data, where=str(p))
+        normalized = _scope(scope, "--scope")
+        key = new_key()
+        entry: dict[str, Any] = {"name": name, "hash": hash_key(key), "admin": admin}
+        if normalized is not None:
+            entry["scope"] = normalized
+        data.setdefault("keys", []).append(entry)
+        KeyStore.parse(data, where=str(p))  # names unique, fields valid
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".keys-", suffix=".yaml")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                yaml.safe_dump(data, f, sort_keys=False)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, p)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return key, Principal(name, normalized, admin)
+
+
+def _scope(value: Any, where: str) -> dict[str, Any] | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where} is not valid JSON: {exc.msg}") from exc
+    try:
+        node = parse_filter(value)
+    except FilterError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+    return to_json(node) if node is not None else None

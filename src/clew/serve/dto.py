@@ -1,0 +1,168 @@
+"""Request and response bodies of the HTTP API. pydantic lives only at this boundary: handlers
+turn these into engine calls and engine results (dataclasses) into the same JSON the CLI prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from clew.config import ANSWER_MODES, PRESETS, RERANKERS
+
+__all__ = [
+    "AskRequest",
+    "DeleteResponse",
+    "DocumentIn",
+    "DocumentStatus",
+    "DocumentsRequest",
+    "GateResponse",
+    "HealthResponse",
+    "JobAccepted",
+    "JobStatus",
+    "SearchRequest",
+    "SimilarResponse",
+]
+
+MAX_QUERY_CHARS = 2_000
+MAX_K = 100
+MAX_FILTER_DEPTH = 16
+MAX_FILTER_NODES = 1_000
+
+# spelled out for the OpenAPI schema and the type checker; a test keeps them equal to the engine's
+Preset = Literal["default", "dense", "fixed", "graph", "hybrid", "lexical"]
+Rerank = Literal["none", "features", "cross-encoder", "llm"]
+Mode = Literal["extractive", "generative"]
+CHOICES = {"preset": (Preset, PRESETS), "rerank": (Rerank, RERANKERS), "mode": (Mode, ANSWER_MODES)}
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Bound a filter's size before the engine parses it (its own errors name bad fields)."""
+    if value is None:
+        return None
+    nodes = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        nodes += 1
+        if depth > MAX_FILTER_DEPTH:
+            raise ValueError(f"filter is nested deeper than {MAX_FILTER_DEPTH} levels")
+        if nodes > MAX_FILTER_NODES:
+            raise ValueError(f"filter has more than {MAX_FILTER_NODES} values")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return value
+
+
+class _Query(_Body):
+    k: int | None = Field(None, ge=1, le=MAX_K, description="number of hits (default 10)")
+    filter: dict[str, Any] | None = Field(
+        None,
+        description='access filter, e.g. {"audience": "public"}; AND-ed with the key\'s scope',
+        examples=[{"audience": "public"}],
+    )
+    preset: Preset | None = Field(None, description="config preset")
+    expand: bool | None = Field(None, description="graph expansion (default: as configured)")
+    rerank: Rerank | None = Field(None, description="reranker (default: as configured)")
+
+    _filter = field_validator("filter")(_check_filter)
+
+
+class SearchRequest(_Query):
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS, examples=["ERR-4413"])
+
+
+class AskRequest(_Query):
+    question: str = Field(
+        min_length=1, max_length=MAX_QUERY_CHARS, examples=["What does ERR-4413 mean?"]
+    )
+    mode: Mode | None = Field(None, description="extractive (default) or generative")
+
+
+class DocumentIn(_Body):
+    id: str = Field(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f\x7f]+$")
+    text: str = Field(min_length=1, description="the document's text (markdown or plain)")
+    title: str | None = Field(None, max_length=1_000)
+    metadata: dict[str, Any] = Field(default_factory=dict, description="filterable fields")
+    links: list[str] = Field(default_factory=list, max_length=1_000)
+
+    @field_validator("text")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("text is blank; a document needs at least one word")
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
+        _check_filter(value)  # the same depth and size bounds
+        return value
+
+
+class DocumentsRequest(_Body):
+    documents: list[DocumentIn] = Field(min_length=1)
+
+    @field_validator("documents")
+    @classmethod
+    def _unique(cls, value: list[DocumentIn]) -> list[DocumentIn]:
+        seen: set[str] = set()
+        for i, doc in enumerate(value):
+            if doc.id in seen:
+                raise ValueError(f"documents[{i}].id={doc.id!r} appears twice in the batch")
+            seen.add(doc.id)
+        return value
+
+
+class JobAccepted(BaseModel):
+    job_id: str
+    status_url: str
+    total: int
+
+
+class DocumentStatus(BaseModel):
+    id: str
+    status: Literal["pending", "added", "updated", "unchanged", "failed"]
+    error: str | None = None
+
+
+class JobStatus(BaseModel):
+    job_id: str
+    state: Literal["queued", "running", "done", "failed"]
+    total: int
+    done: int
+    failed: int
+    documents: list[DocumentStatus]
+    release: int | None = None
+    error: str | None = None
+    created_at: float
+    finished_at: float | None = None
+
+
+class DeleteResponse(BaseModel):
+    deleted: str
+    release: int
+
+
+class SimilarResponse(BaseModel):
+    doc_id: str
+    similar: list[dict[str, Any]]
+
+
+class GateResponse(BaseModel):
+    passed: bool
+    datasets: list[str] = Field(default_factory=list)
+    reasons: list[str] = Field(default_factory=list)
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"]
+    release: int
+    documents: int
+    chunks: int
