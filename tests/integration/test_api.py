@@ -131,13 +131,20 @@ def test_keys_added_while_running_take_effect(api: Api, tmp_path: Path) -> None:
     assert api("POST", "/search", who=new, json={"query": "refund"}).status_code == 200
 
 
-def test_keys_never_reach_traces(api: Api, fake_sample: Path) -> None:
+def test_keys_never_reach_traces_or_logs(api: Api, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG")
+    api("POST", "/documents?wait=true", json={"documents": [{"id": "k1", "text": "key test"}]})
+    api("DELETE", "/documents/k1")
+    api("POST", "/search", who="clew_wrong-key", json={"query": "x"})
     r = api("POST", "/search", who="public", json={"query": "duplicate charges"})
     trace_id = r.json()["trace_id"]
     trace = api("GET", f"/traces/{trace_id}", who="admin").json()
     assert trace["caller"] == "support-bot"
     dumped = json.dumps(trace)
     assert all(key not in dumped for key in api.keys.values())
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "ops" in logged  # the key's name is logged for writes ...
+    assert all(key not in logged for key in [*api.keys.values(), "clew_wrong-key"])  # never a key
 
 
 # -- scopes -------------------------------------------------------------------------------------
@@ -444,3 +451,39 @@ def test_ask_returns_a_cited_answer_with_why(sample_index: Path, tmp_path: Path)
         assert cli_keys <= set(body)
     finally:
         client.close()
+
+
+def test_a_slow_llm_reranker_times_out_without_blocking_other_requests(
+    fake_sample: Path, tmp_path: Path
+) -> None:
+    import time
+
+    from clew.testing.chat_server import ChatServer
+
+    index = tmp_path / "idx"
+    shutil.copytree(fake_sample, index)
+    with ChatServer(mode="slow", delay_s=30.0) as srv:
+        config = tmp_path / "config.yaml"
+        config.write_text(
+            f"rerank: {{kind: llm, model: fake, base_url: '{srv.base_url}', timeout_s: 20}}\n"
+        )
+        settings = ServeSettings(index=index, no_auth=True, config=config, request_timeout_s=2)
+        client = Api(create_app(settings, _fake_engine(index)), {})
+        try:
+
+            async def both() -> tuple[Any, Any, float]:
+                slow = asyncio.ensure_future(
+                    client.client.post("/search", json={"query": "ERR-4413"})
+                )
+                await asyncio.sleep(0.3)
+                started = time.perf_counter()
+                health = await client.client.get("/health")
+                took = time.perf_counter() - started
+                return await slow, health, took
+
+            slow, health, took = client.loop.run_until_complete(both())
+            assert health.status_code == 200 and took < 1.5  # the event loop was free
+            assert slow.status_code == 504 and "request_timeout_s" in slow.json()["detail"]
+        finally:
+            srv.close()
+            client.close()
