@@ -46,13 +46,16 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix src tests bench
 
 # Speed: embedder (onnx vs torch), ingest vs raw encoder, search per stage (SciFact and a
-# synthetic 100k-chunk index, HNSW recall), BM25 vs tantivy and FTS5 -> bench/results/*.md
+# synthetic 100k-chunk index, HNSW recall), BM25 vs tantivy and FTS5, the HTTP service under
+# load, agent memory (ingest, recall, forget, footprint) -> bench/results/*.md
 bench: $(STAMP)
 	$(BIN)/python bench/embedder.py
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/lexical.py
 	$(BIN)/python bench/pipeline.py
+	$(BIN)/python bench/serve.py
+	$(BIN)/python bench/memory.py
 
 # Quality on ../shared/data (ablations, oracle, gates in eval/gates.yaml) -> bench/results/quality.md
 eval: $(STAMP)

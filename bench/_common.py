@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from clew.eval.metrics import percentile as clew_percentile
 
@@ -373,3 +374,11 @@ def indexed_docs(index_dir: Path) -> int:
         return 0
     finally:
         conn.close()
+
+
+def uncached() -> Any:
+    """The default engine config with the result cache off: benchmarks repeat queries (warm-up,
+    several configs) and must measure the work, not the cache."""
+    from clew import EngineConfig
+
+    return EngineConfig().with_overrides(cache={"size": 0})

@@ -30,6 +30,7 @@ from _common import (
     scifact_index_dir,
     table,
     test_queries,
+    uncached,
     wait_quiet,
     write_result,
 )
@@ -134,7 +135,7 @@ def main() -> None:
     _, _, total = corpus_source(dataset, None)
     sci = scifact_index_dir(total, total)
     if indexed_docs(sci) > 0:
-        with Engine(sci, encoder=enc) as engine:
+        with Engine(sci, uncached(), encoder=enc) as engine:
             sections.append(
                 section("SciFact (5,183 docs)", engine, queries, args, args.warmup, args.quiet_wait)
             )
@@ -143,7 +144,7 @@ def main() -> None:
     if not args.skip_synthetic:
         spec = _synthetic.SyntheticSpec(chunks=100_000)
         directory, _ = _synthetic.ensure(spec, _synthetic.corpus_docs(dataset), sci)
-        with Engine(directory, encoder=enc) as engine:
+        with Engine(directory, uncached(), encoder=enc) as engine:
             engine.refresh()
             sections.append(
                 section(

@@ -46,6 +46,7 @@ from _common import (
     scifact_index_dir,
     table,
     test_queries,
+    uncached,
     wait_quiet,
     write_result,
 )
@@ -243,7 +244,7 @@ def scifact_part(args: argparse.Namespace, enc: OnnxEncoder, dataset: Path) -> t
         shutil.rmtree(index_dir, ignore_errors=True)
         tmp.rename(index_dir)
     # encoder passed explicitly: see the note on reopening an index in the result file
-    engine = Engine(index_dir, encoder=enc)
+    engine = Engine(index_dir, uncached(), encoder=enc)
     open_s, _ = refresh_timed(engine)
     counts = engine.store.counts()
     hnsw = engine.stats()["hnsw"]
@@ -572,7 +573,7 @@ def synthetic_part(
     directory, build_s = _synthetic.ensure(
         spec, docs, scifact_index_dir(total, total), rebuild=args.rebuild_synthetic
     )
-    engine = Engine(directory, encoder=enc)
+    engine = Engine(directory, uncached(), encoder=enc)
     log("refreshing (first time: builds BM25, HNSW and the graph; later: loads them)")
     refresh_s, parts = refresh_timed(engine)
     log(f"  refresh {refresh_s:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in parts.items()))

@@ -36,6 +36,7 @@ from _common import (
     scifact_index_dir,
     table,
     test_queries,
+    uncached,
     wait_quiet,
     write_result,
 )
@@ -101,6 +102,7 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="clew-bench-serve-"))
     key, _ = KeyStore.add(tmp / "keys.yaml", "bench")
+    (tmp / "config.yaml").write_text("cache: {size: 0}\n")  # measure the work, not the cache
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     server = subprocess.Popen(
@@ -111,6 +113,8 @@ def main() -> None:
             "serve",
             "--index",
             str(index),
+            "--config",
+            str(tmp / "config.yaml"),
             "--keys",
             str(tmp / "keys.yaml"),
             "--port",
@@ -170,7 +174,7 @@ def main() -> None:
         server.wait(timeout=30)
 
     log("in-process baseline")
-    with Engine(index) as engine:
+    with Engine(index, uncached()) as engine:
         for q in queries[:5]:
             engine.search(q, k=10)
         inproc: dict[int, tuple[Stats, float, int]] = {}
@@ -219,10 +223,11 @@ def main() -> None:
         "in-process rps / HTTP rps",
     ]
     notes = [
-        "server: `clew serve` (uvicorn, one process, API keys on, traces on as by default) on "
+        "server: `clew serve` (uvicorn, one process, API keys on, traces on as by default, "
+        "result cache off) on "
         "loopback; clients are threads of the bench process with one keep-alive connection each, "
         "on the same 2 cores",
-        "in-process: `Engine.search` called from the same number of threads",
+        "in-process: `Engine.search` (result cache off) called from the same number of threads",
         f"each run: at most {args.requests} searches / {args.ask_requests} asks / "
         f"{args.requests} health checks, and at most {args.max_seconds:g} s",
     ]

@@ -120,6 +120,43 @@ def _parser() -> argparse.ArgumentParser:
     )
     ca.add_argument("--no-progress", action="store_true")
 
+    rm = sub.add_parser("remember", help="store a memory (prints its id)")
+    rm.add_argument("text")
+    common(rm)
+    rm.add_argument("--session", help="session or conversation id")
+    rm.add_argument("--time", help="when it happened, ISO 8601 (default: now)")
+    rm.add_argument("--meta", help='extra metadata as a JSON object, e.g. {"topic": "db"}')
+    rm.add_argument(
+        "--relation",
+        action="append",
+        default=[],
+        metavar="TYPE=TARGET",
+        help="typed edge to a memory/document id or concept:NAME, e.g. caused_by=mem-1a2b "
+        "(repeatable)",
+    )
+    rm.add_argument("--json", action="store_true", help='print {"id": ...}')
+
+    rc = sub.add_parser("recall", help="search memories (time window, session, as of)")
+    rc.add_argument("query")
+    common(rc)
+    rc.add_argument("--session")
+    rc.add_argument("--since", help="created at or after (ISO 8601)")
+    rc.add_argument("--until", help="created before (ISO 8601)")
+    rc.add_argument("--as-of", help="only what was known then; recency measured from it")
+    rc.add_argument("--k", type=int, default=None)
+    rc.add_argument("--filter", help="extra metadata filter as JSON")
+    rc.add_argument("--json", action="store_true", help="print one JSON object (as search)")
+    rc.add_argument("--explain", action="store_true", help="print contributions per hit")
+
+    fg = sub.add_parser("forget", help="delete a memory from every leg")
+    fg.add_argument("memory_id")
+    common(fg)
+
+    co = sub.add_parser("concepts", help="concepts and the surface forms merged into each")
+    common(co)
+    co.add_argument("--merged", action="store_true", help="only concepts written several ways")
+    co.add_argument("--json", action="store_true")
+
     de = sub.add_parser("delete", help="remove documents from every leg")
     de.add_argument("doc_ids", nargs="+")
     common(de)
@@ -257,8 +294,18 @@ def _run(args: argparse.Namespace) -> int:
         return _train(args)
     config = _config(args)
     if args.command == "ingest":
+        from clew.ingest.load import load_path
+        from clew.memory import is_transcript, load_transcript
+
         with Engine(args.index, config, create=True) as engine:
-            report = engine.ingest(args.paths, progress=not args.no_progress)
+            sources: list[Any] = list(args.paths)
+            if any(is_transcript(p) for p in args.paths):  # chat turns become memories
+                sources = [
+                    d
+                    for p in args.paths
+                    for d in (load_transcript(p) if is_transcript(p) else load_path(p))
+                ]
+            report = engine.ingest(sources, progress=not args.no_progress)
         if args.json:
             print(json.dumps(report.to_dict(), indent=2))
         else:
@@ -268,7 +315,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"written; release {report.release} ({report.seconds:.1f} s)"
             )
         return 0
-    with Engine(args.index, config) as engine:
+    with Engine(args.index, config, create=args.command == "remember") as engine:
         if args.command == "search":
             result = engine.search(args.query, k=args.k, filter=args.filter, config=config)
             if args.json:
@@ -283,6 +330,53 @@ def _run(args: argparse.Namespace) -> int:
                 print(render_answer(answer))
         elif args.command == "replay":
             return _replay(engine, args)
+        elif args.command == "remember":
+            relations = []
+            for item in args.relation:
+                rel, sep, target = item.partition("=")
+                if not sep:
+                    raise ConfigError(f"--relation {item!r} is invalid; allowed: TYPE=TARGET")
+                relations.append((rel.strip(), target.strip()))
+            meta = None
+            if args.meta:
+                try:
+                    meta = json.loads(args.meta)
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(f"--meta is not valid JSON: {exc.msg}") from None
+            memory_id = engine.remember(
+                args.text,
+                session=args.session,
+                timestamp=args.time,
+                metadata=meta,
+                relations=relations,
+            )
+            print(json.dumps({"id": memory_id}) if args.json else memory_id)
+        elif args.command == "recall":
+            result = engine.recall(
+                args.query,
+                session=args.session,
+                since=args.since,
+                until=args.until,
+                as_of=args.as_of,
+                k=args.k,
+                filter=args.filter,
+                config=config,
+            )
+            if args.json:
+                print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+            else:
+                print(render(result, explain=args.explain))
+        elif args.command == "concepts":
+            found = engine.concepts(merged_only=args.merged)
+            if args.json:
+                print(json.dumps(found, indent=2, ensure_ascii=False))
+            else:
+                for c in found:
+                    aliases = " | ".join(c["aliases"])
+                    print(f"{c['key']}\t{c['kind']}\t{c['chunks']} chunk(s)\t{aliases}")
+        elif args.command == "forget":
+            release = engine.forget(args.memory_id)
+            print(f"forgot {args.memory_id}; release {release}")
         elif args.command == "delete":
             release = engine.delete(args.doc_ids)
             print(f"deleted {len(args.doc_ids)} document(s); release {release}")

@@ -303,6 +303,43 @@ class TraceConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RecencyConfig:
+    """Recency weighting, applied to fused scores after fusion (its own contribution).
+
+    A hit created ``age`` days before the reference time (now, or ``as_of``) gains
+    ``weight * 0.5 ** (age / half_life_days) / (rrf_k + 1)``: a brand-new hit ``weight`` times
+    what a rank-1 leg adds, an old one almost nothing (age boosts, it never buries an exact
+    match). Hits without ``created_at`` are left alone. Off for documents, on for memories."""
+
+    documents: bool = False
+    memories: bool = True
+    half_life_days: float = 30.0
+    weight: float = 0.5
+    """Boost of a brand-new hit, as a share of one rank-1 leg's fused part (0 = off)."""
+
+    def __post_init__(self) -> None:
+        _check(
+            0.0 < self.half_life_days <= 36_500.0,
+            "recency.half_life_days",
+            self.half_life_days,
+            "(0, 36500]",
+        )
+        _check(0.0 <= self.weight <= 10.0, "recency.weight", self.weight, "[0, 10]")
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """Result cache of search/ask/recall, keyed by the normalized query, config (so route),
+    filter, scope, time constraints, index release, analyzer and model versions."""
+
+    size: int = 512
+    """Results kept (least recently used go first); 0 turns the cache off."""
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.size <= 1_000_000, "cache.size", self.size, "0..1000000")
+
+
+@dataclass(frozen=True, slots=True)
 class EmbedderConfig:
     model: str = "minilm"
     """``minilm`` (packaged all-MiniLM-L6-v2), a local directory, or a hub name already cached."""
@@ -347,6 +384,8 @@ class EngineConfig:
     rerank: RerankConfig = field(default_factory=RerankConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
+    recency: RecencyConfig = field(default_factory=RecencyConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -8,6 +8,9 @@ JSON form (CLI, API, eval datasets)::
     {"and": [...]}, {"or": [...]}, {"not": {...}}
     several keys in one object are AND-ed; {} matches everything.
 
+A filter is bounded: at most MAX_DEPTH levels of objects and MAX_CONDITIONS conditions, values
+are strings, finite numbers, booleans or null, so no request can exhaust the stack or the CPU.
+
 The embedded backend compiles a filter to a boolean mask over chunk ordinals
 (:class:`MetadataColumns`); every leg and graph expansion take that mask, so a hidden chunk
 never enters any candidate list. A second backend compiles the same tree to its own predicate.
@@ -30,6 +33,10 @@ from clew.errors import FilterError
 Mask = npt.NDArray[np.bool_]
 Scalar = str | int | float | bool | None
 _RANGE_OPS = ("gt", "gte", "lt", "lte")
+MAX_DEPTH = 32
+"""Deepest nesting of filter objects (``and``/``or``/``not`` and field objects)."""
+MAX_CONDITIONS = 10_000
+"""Most field conditions (equality, membership, range) and combinators in one filter."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,55 +77,109 @@ Node = Eq | In | Range | And | Or | Not
 
 
 def parse_filter(spec: Any) -> Node | None:
-    """Parse a filter object (or its JSON text). ``None`` or ``{}`` means no filter."""
+    """Parse a filter object (or its JSON text). ``None``, ``{}`` (or ``null``) mean no filter."""
     if spec is None:
         return None
-    if isinstance(spec, str):
+    if isinstance(spec, str | bytes):
         try:
             spec = json.loads(spec)
         except json.JSONDecodeError as exc:
             raise FilterError(f"filter is not valid JSON: {exc.msg} at char {exc.pos}") from exc
+        except RecursionError:
+            raise FilterError(
+                f"filter JSON is nested too deeply; allowed: at most {MAX_DEPTH} levels"
+            ) from None
+        except ValueError as exc:  # e.g. an integer with more digits than Python converts
+            raise FilterError(f"filter is not valid JSON: {exc}") from exc
+        if spec is None:  # the JSON text "null", like None itself
+            return None
     if not isinstance(spec, Mapping):
-        raise FilterError(f"filter must be a JSON object, got {type(spec).__name__}: {spec!r}")
+        raise FilterError(
+            f"filter must be a JSON object, got {type(spec).__name__}: {_short(spec)}"
+        )
     if not spec:
         return None
-    return _parse_object(spec, "filter")
+    return _Parser().object(spec, "filter", 1)
 
 
-def _parse_object(spec: Mapping[str, Any], where: str) -> Node:
-    if not spec:
-        raise FilterError(f"{where}: empty object; allowed: field conditions, and, or, not")
-    parts = [_parse_key(str(k), v, f"{where}.{k}") for k, v in spec.items()]
-    return parts[0] if len(parts) == 1 else And(tuple(parts))
+class _Parser:
+    """Recursive descent with a depth bound (no RecursionError on any input) and a budget of
+    conditions (no CPU-bound blow-up on a 100 000-key object)."""
+
+    def __init__(self) -> None:
+        self.conditions = 0
+
+    def _count(self, where: str) -> None:
+        self.conditions += 1
+        if self.conditions > MAX_CONDITIONS:
+            raise FilterError(
+                f"{where}: filter has more than {MAX_CONDITIONS} conditions; allowed: at most "
+                f"{MAX_CONDITIONS}"
+            )
+
+    def object(self, spec: Mapping[str, Any], where: str, depth: int) -> Node:
+        if depth > MAX_DEPTH:
+            raise FilterError(
+                f"{_clip(where, 200)}: filter is nested deeper than {MAX_DEPTH} levels; "
+                f"allowed: at most {MAX_DEPTH}"
+            )
+        if not spec:
+            raise FilterError(f"{where}: empty object; allowed: field conditions, and, or, not")
+        if len(spec) > 1:
+            self._count(where)
+        parts = [
+            self.key(str(k), v, f"{where}.{_clip(str(k), 60)}", depth) for k, v in spec.items()
+        ]
+        return parts[0] if len(parts) == 1 else And(tuple(parts))
+
+    def key(self, key: str, value: Any, where: str, depth: int) -> Node:
+        self._count(where)
+        if key in ("and", "or"):
+            if not isinstance(value, list) or not value:
+                raise FilterError(f"{where}: expected a non-empty list of filter objects")
+            items = []
+            for i, item in enumerate(value):
+                if not isinstance(item, Mapping):
+                    raise FilterError(f"{where}[{i}]: expected an object, got {_short(item)}")
+                items.append(self.object(item, f"{where}[{i}]", depth + 1))
+            return And(tuple(items)) if key == "and" else Or(tuple(items))
+        if key == "not":
+            if not isinstance(value, Mapping):
+                raise FilterError(f"{where}: expected a filter object, got {_short(value)}")
+            return Not(self.object(value, where, depth + 1))
+        return _condition(key, value, where)
 
 
-def _parse_key(key: str, value: Any, where: str) -> Node:
-    if key in ("and", "or"):
-        if not isinstance(value, list) or not value:
-            raise FilterError(f"{where}: expected a non-empty list of filter objects")
-        items = []
-        for i, item in enumerate(value):
-            if not isinstance(item, Mapping):
-                raise FilterError(f"{where}[{i}]: expected an object, got {item!r}")
-            items.append(_parse_object(item, f"{where}[{i}]"))
-        return And(tuple(items)) if key == "and" else Or(tuple(items))
-    if key == "not":
-        if not isinstance(value, Mapping):
-            raise FilterError(f"{where}: expected a filter object, got {value!r}")
-        return Not(_parse_object(value, where))
+def _short(value: Any, limit: int = 60) -> str:
+    """A bounded ``repr`` for messages (a bad value may be megabytes or deeply nested)."""
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):  # too deep, or an int with too many digits
+        text = f"<{type(value).__name__}>"
+    return _clip(text, limit)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _condition(key: str, value: Any, where: str) -> Node:
     if not key.strip():
         raise FilterError(f"{where}: empty field name")
     if isinstance(value, list):
         if not value:
             raise FilterError(f"{where}: empty list; give at least one allowed value")
+        if len(value) > MAX_CONDITIONS:
+            raise FilterError(f"{where}: {len(value)} values; allowed: at most {MAX_CONDITIONS}")
         for v in value:
             _check_scalar(v, where)
         return In(key, tuple(value))
     if isinstance(value, Mapping):
-        bad = sorted(set(value) - set(_RANGE_OPS))
+        bad = sorted(str(op) for op in set(value) - set(_RANGE_OPS))
         if bad or not value:
+            shown = [_clip(op, 20) for op in bad[:5]]
             raise FilterError(
-                f"{where}: unknown range operator(s) {bad or '(none)'}; allowed: "
+                f"{where}: unknown range operator(s) {shown or '(none)'}; allowed: "
                 f"{', '.join(_RANGE_OPS)}"
             )
         bounds = tuple(
@@ -132,8 +193,11 @@ def _parse_key(key: str, value: Any, where: str) -> Node:
 def _check_scalar(value: Any, where: str) -> None:
     if not isinstance(value, str | int | float | bool) and value is not None:
         raise FilterError(
-            f"{where}: {value!r} is not allowed; values must be strings, numbers, booleans or null"
+            f"{where}: {_short(value)} is not allowed; values must be strings, numbers, booleans "
+            "or null"
         )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise FilterError(f"{where}: {value!r} is not allowed; numbers must be finite")
 
 
 def parse_time(value: str) -> float | None:
@@ -151,15 +215,27 @@ def parse_time(value: str) -> float | None:
 
 
 def _to_number(value: Any, where: str) -> float:
-    if isinstance(value, bool):
-        raise FilterError(f"{where}: {value!r} is not a number or ISO 8601 time")
-    if isinstance(value, int | float) and math.isfinite(value):
-        return float(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = _finite(value)
+        if number is not None:
+            return number
     if isinstance(value, str):
         t = parse_time(value)
         if t is not None:
             return t
-    raise FilterError(f"{where}: {value!r} is not a number or ISO 8601 time")
+    raise FilterError(
+        f"{where}: {_short(value)} is not a number or ISO 8601 time; allowed: finite numbers, "
+        "ISO dates and times"
+    )
+
+
+def _finite(value: int | float) -> float | None:
+    """``value`` as a finite float, or None (NaN, infinities, integers beyond float range)."""
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def fields_of(node: Node | None) -> set[str]:
@@ -192,7 +268,12 @@ def _canon(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     if isinstance(value, int | float):
-        return repr(float(value))
+        number = _finite(value)
+        if number is not None:
+            return repr(number)
+        # NaN, an infinity or an integer beyond float range: a key of its own (hex is never
+        # refused by Python's limit on decimal digits)
+        return f"int:{value:#x}" if isinstance(value, int) else repr(value)
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -229,6 +310,10 @@ class MetadataColumns:
                     col[ords] = number
         return cols
 
+    def numeric(self, field: str) -> npt.NDArray[np.float64] | None:
+        """The numeric column of ``field`` (ISO times as epoch seconds, NaN where absent)."""
+        return self._numeric.get(field)
+
     @property
     def fields(self) -> set[str]:
         return set(self._postings)
@@ -240,16 +325,34 @@ class MetadataColumns:
             self._arrays[(field, key)] = cached
         return cached
 
-    def mask(self, node: Node, *, strict: bool = True) -> Mask:
+    def fields_within(self, within: Mask) -> set[str]:
+        """Fields that at least one ordinal selected by ``within`` has."""
+        sel = np.zeros(self.size, dtype=bool)
+        upto = min(self.size, len(within))
+        sel[:upto] = within[:upto]
+        out = set()
+        for field, postings in self._postings.items():
+            if any(sel[self._posting_array(field, key)].any() for key in postings):
+                out.add(field)
+        return out
+
+    def mask(self, node: Node, *, strict: bool = True, within: Mask | None = None) -> Mask:
         """Evaluate a filter to a boolean mask over ordinals ``0 .. size-1``.
 
         ``strict``: a field no document has is an error (a typo in a request). A caller's scope
-        is evaluated non-strictly: a field no document has yet simply matches nothing."""
-        unknown = sorted(fields_of(node) - self.fields)
+        is evaluated non-strictly: a field no document has yet simply matches nothing.
+        ``within``: check (and name) only the fields of the documents it selects."""
+        if within is not None and not within.any():
+            strict = False  # nothing in scope: every filter selects nothing, none is a typo
+        fields = self.fields if within is None else self.fields_within(within)
+        unknown = sorted(fields_of(node) - fields)
         if unknown and strict:
+            known = sorted(fields)
+            more = f" and {len(known) - 50} more" if len(known) > 50 else ""
+            shown = [_clip(f, 40) for f in unknown[:10]]
             raise FilterError(
-                f"filter field(s) {unknown} appear in no document; known fields: "
-                f"{', '.join(sorted(self.fields)) or '(none)'}"
+                f"filter field(s) {shown}{' …' if len(unknown) > 10 else ''} appear in no "
+                f"document; known fields: {', '.join(known[:50]) or '(none)'}{more}"
             )
         return self._eval(node)
 
@@ -292,7 +395,16 @@ def _number_of(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return float(value) if math.isfinite(value) else None
+        return _finite(value)
     if isinstance(value, str):
         return parse_time(value)
     return None
+
+
+def matches(metadata: Mapping[str, Any], spec: Any) -> bool:
+    """Whether one document's metadata passes a filter (None = everything), evaluated like a
+    caller's scope: a field the document lacks matches nothing (``not`` of it: everything)."""
+    node = parse_filter(spec)
+    if node is None:
+        return True
+    return bool(MetadataColumns.build(1, [([0], metadata)]).mask(node, strict=False)[0])

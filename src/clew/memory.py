@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import math
 from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clew.errors import QueryError
+from clew.errors import LoadError, QueryError
+from clew.links import CONCEPT_PREFIX, RELATION_RE, relation_link, split_link
 from clew.types import Document
 
 if TYPE_CHECKING:
@@ -52,9 +56,11 @@ def memory_document(
     timestamp: Any = None,
     metadata: Any = None,
     stamp: Any = None,
+    relations: Any = (),
 ) -> Document:
     """Validate the arguments of :func:`remember` and build the memory's :class:`Document`."""
     body = _text(text)
+    links = tuple(relation_link(rel, target) for rel, target in _relations(relations))
     sess = _session(session)
     created_at = _timestamp(timestamp)
     user = _metadata(metadata, "metadata", reserved=True)
@@ -73,6 +79,7 @@ def memory_document(
             **user,
             **stamped,
         },
+        links=links,
     )
 
 
@@ -84,8 +91,14 @@ def remember(
     timestamp: str | dt.datetime | None = None,
     metadata: Mapping[str, Any] | None = None,
     stamp: Mapping[str, Any] | None = None,
+    relations: Any = (),
 ) -> str:
     """Store ``text`` as a memory document and return its id.
+
+    ``relations``: ``(relation, target)`` pairs (or ``{"type", "target"}`` objects) to other
+    memories or documents by id, or to concepts as ``concept:NAME``: ``caused_by``,
+    ``related_to``, ``follows`` or any lower-case name. They become typed graph edges
+    (``CAUSED_BY``) that graph expansion walks and explanations show.
 
     ``timestamp``: ISO 8601 text or a datetime (naive = UTC); None = now. ``metadata``: extra
     JSON fields (not ``kind``, ``session`` or ``created_at``). ``stamp``: fields written last,
@@ -93,8 +106,20 @@ def remember(
     Invalid arguments raise :class:`~clew.errors.QueryError` naming the value and what is allowed.
     """
     doc = memory_document(
-        text, session=session, timestamp=timestamp, metadata=metadata, stamp=stamp
+        text,
+        session=session,
+        timestamp=timestamp,
+        metadata=metadata,
+        stamp=stamp,
+        relations=relations,
     )
+    for raw in doc.links:
+        _, target = split_link(raw)
+        if not target.startswith(CONCEPT_PREFIX) and not engine.store.has_document(target):
+            raise QueryError(
+                f"relation target {target!r} is not in the index; allowed: the id of a memory "
+                "or document, or concept:NAME"
+            )
     engine.ingest([doc])
     return doc.doc_id
 
@@ -121,6 +146,41 @@ def _text(text: Any) -> str:
             f"memory text has {len(text)} characters; allowed: at most {MAX_MEMORY_CHARS}"
         )
     return text
+
+
+def _relations(value: Any) -> list[tuple[str, str]]:
+    if value is None:
+        return []
+    if isinstance(value, str | bytes | Mapping) or not hasattr(value, "__iter__"):
+        raise QueryError(
+            f"relations={value!r:.80} is invalid; allowed: a list of (relation, target) pairs or "
+            '{"type": ..., "target": ...} objects'
+        )
+    out: list[tuple[str, str]] = []
+    for i, item in enumerate(value):
+        if isinstance(item, Mapping):
+            rel, target = item.get("type"), item.get("target")
+        elif isinstance(item, list | tuple) and len(item) == 2:
+            rel, target = item
+        else:
+            raise QueryError(
+                f"relations[{i}]={item!r:.80} is invalid; allowed: (relation, target) or "
+                '{"type": ..., "target": ...}'
+            )
+        if not isinstance(rel, str) or RELATION_RE.fullmatch(rel) is None:
+            raise QueryError(
+                f"relations[{i}] type {rel!r} is invalid; allowed: a lower-case name of letters, "
+                "digits and underscores such as caused_by, related_to, follows"
+            )
+        if not isinstance(target, str) or not target.strip() or "\n" in target:
+            raise QueryError(
+                f"relations[{i}] target {target!r} is invalid; allowed: a memory or document id, "
+                "or concept:NAME"
+            )
+        if target.startswith(CONCEPT_PREFIX) and not target[len(CONCEPT_PREFIX) :].strip():
+            raise QueryError(f"relations[{i}] target {target!r} names no concept")
+        out.append((rel, target.strip()))
+    return out
 
 
 def _session(session: Any) -> str | None:
@@ -195,3 +255,86 @@ def _check_json(value: Any, where: str) -> None:
         f"{where}={value!r:.80} ({type(value).__name__}) is not a JSON value; allowed: string, "
         "number, boolean, null, list or object"
     )
+
+
+# -- conversation transcripts -------------------------------------------------------------------
+
+TURN_TEXT_KEYS = ("text", "content", "message")
+TURN_TIME_KEYS = ("time", "timestamp", "created_at")
+
+
+def is_transcript(path: str | Path) -> bool:
+    """A ``.jsonl`` file whose first record is a conversation turn (``speaker`` or ``role``
+    with ``text``/``content``) rather than a corpus document (``_id``)."""
+    p = Path(path)
+    if p.suffix.lower() != ".jsonl" or not p.is_file():
+        return False
+    try:
+        with p.open(encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    first = json.loads(line)
+                    break
+            else:
+                return False
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return (
+        isinstance(first, dict)
+        and "_id" not in first
+        and ("speaker" in first or "role" in first)
+        and any(k in first for k in TURN_TEXT_KEYS)
+    )
+
+
+def load_transcript(path: str | Path, *, session: str | None = None) -> list[Document]:
+    """One memory per turn of a JSONL chat transcript: ``{"speaker": "ana", "text": "...",
+    "time": "2026-03-01T12:00:00Z", "session": "s1"}`` (``role``/``content``/``timestamp``
+    also accepted). The session is the turn's own, else ``session``, else the file name. Each
+    turn records its speaker and position and ``follows`` the previous turn of its session.
+    A bad line is a :class:`~clew.errors.LoadError` naming the file, line and field."""
+    p = Path(path)
+    default = session or p.stem
+    docs: list[Document] = []
+    previous: dict[str, str] = {}
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LoadError(f"{p.name}: cannot read transcript: {exc}") from exc
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{p.name}:{n}"
+        try:
+            turn = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise LoadError(f"{where}: not JSON ({exc.msg})") from None
+        if not isinstance(turn, dict):
+            raise LoadError(f"{where}: a turn must be a JSON object, got {type(turn).__name__}")
+        speaker = turn.get("speaker", turn.get("role"))
+        text = next((turn[k] for k in TURN_TEXT_KEYS if k in turn), None)
+        when = next((turn[k] for k in TURN_TIME_KEYS if k in turn), None)
+        if not isinstance(speaker, str) or not speaker.strip():
+            raise LoadError(f"{where}: speaker={speaker!r} is invalid; allowed: a non-empty string")
+        if not isinstance(text, str) or not text.strip():
+            continue  # an empty turn carries nothing to remember
+        sess = turn.get("session", default)
+        extra = {
+            k: v
+            for k, v in turn.items()
+            if k not in ("speaker", "role", "session", *TURN_TEXT_KEYS, *TURN_TIME_KEYS)
+        }
+        prev = previous.get(str(sess))
+        try:
+            doc = memory_document(
+                text,
+                session=sess,
+                timestamp=when,
+                metadata={**extra, "speaker": speaker.strip(), "turn": n},
+                relations=[("follows", prev)] if prev else (),
+            )
+        except QueryError as exc:
+            raise LoadError(f"{where}: {exc}") from None
+        docs.append(replace(doc, title=f"{speaker.strip()}: {doc.title}"[:MAX_TITLE_CHARS]))
+        previous[str(sess)] = doc.doc_id
+    return docs

@@ -60,6 +60,8 @@ class Concept:
     label: str
     """The first surface form seen."""
     kind: ConceptKind
+    aliases: tuple[str, ...] = ()
+    """Every surface form seen for it in one chunk (entity resolution reports these)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +264,8 @@ class SearchResult:
     """None when no reranker was configured."""
     trace_id: str | None = None
     """Id of the trace this search wrote (``clew replay``), None when tracing is off."""
+    cached: bool = False
+    """Served from the result cache (same query, config, filter, scope and release)."""
 
     def to_dict(self) -> dict[str, JSONValue]:
         return {
@@ -274,6 +278,7 @@ class SearchResult:
             "timings_ms": dict(self.timings_ms),
             "rerank": None if self.rerank is None else self.rerank.to_dict(),
             "trace_id": self.trace_id,
+            "cached": self.cached,
         }
 
 

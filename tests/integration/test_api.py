@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from clew import Engine
@@ -23,6 +22,7 @@ from clew.ingest.concepts import ConceptExtractor
 from clew.serve.api import create_app
 from clew.serve.auth import KeyStore
 from clew.serve.settings import ServeSettings
+from clew.testing.asgi import ApiClient
 from clew.testing.fakes import FakeHashEncoder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,27 +46,7 @@ def _fake_engine(path: Path, *, create: bool = False) -> Engine:
     )
 
 
-class Api:
-    """A synchronous facade over an in-process ASGI client (one event loop per test)."""
-
-    def __init__(self, app: Any, keys: dict[str, str]) -> None:
-        self.app = app
-        self.keys = keys
-        self.loop = asyncio.new_event_loop()
-        self.client = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://clew.test", timeout=60
-        )
-
-    def __call__(self, method: str, url: str, who: str | None = "admin", **kw: Any) -> Any:
-        headers = dict(kw.pop("headers", {}))
-        if who is not None:
-            headers["Authorization"] = f"Bearer {self.keys.get(who, who)}"
-        return self.loop.run_until_complete(self.client.request(method, url, headers=headers, **kw))
-
-    def close(self) -> None:
-        self.loop.run_until_complete(self.client.aclose())
-        self.loop.close()
-        self.app.state.clew.close()
+Api = ApiClient
 
 
 @pytest.fixture
@@ -487,3 +467,47 @@ def test_a_slow_llm_reranker_times_out_without_blocking_other_requests(
         finally:
             srv.close()
             client.close()
+
+
+def test_memories_remember_recall_forget_per_tenant(api: Api, tmp_path: Path) -> None:
+    r = api(
+        "POST",
+        "/memories",
+        who="acme",
+        json={"text": "acme: pgbouncer pool raised to 400", "session": "s1", "time": "2026-03-01"},
+    )
+    assert r.status_code == 201, r.text
+    mine = r.json()["id"]
+    other = api(
+        "POST",
+        "/memories",
+        json={"text": "globex: pgbouncer pool raised", "metadata": {"tenant": "globex"}},
+    ).json()["id"]
+    recalled = api("POST", "/recall", who="acme", json={"query": "pgbouncer pool"}).json()
+    assert [h["doc_id"] for h in recalled["hits"]] == [mine]
+    assert recalled["hits"][0]["metadata"]["tenant"] == "acme"  # stamped from the scope
+    assert {"recency"} <= {c["leg"] for c in recalled["hits"][0]["contributions"]}
+    window = {"query": "pgbouncer", "since": "2026-03-02", "session": "s1"}
+    assert api("POST", "/recall", who="acme", json=window).json()["hits"] == []
+    bad = api("POST", "/recall", who="acme", json={"query": "x", "as_of": "soon"})
+    assert bad.status_code == 422 and "as_of='soon'" in bad.text
+    # relations only to what the key can see
+    r = api(
+        "POST",
+        "/memories",
+        who="acme",
+        json={"text": "follow-up", "relations": [{"type": "follows", "target": other}]},
+    )
+    assert r.status_code == 404
+    assert api("DELETE", f"/memories/{other}", who="acme").status_code == 404
+    assert api("DELETE", "/memories/faq.md").status_code == 404  # a document, not a memory
+    keys_file = tmp_path / "keys.yaml"
+    wide, _ = KeyStore.add(keys_file, "wide", scope={"audience": ["public", "internal"]})
+    import os
+
+    os.utime(keys_file, (0, keys_file.stat().st_mtime + 5))
+    r = api("POST", "/memories", who=wide, json={"text": "no home for this"})
+    assert r.status_code == 403 and "equality fields" in r.text
+    gone = api("DELETE", f"/memories/{mine}", who="acme")
+    assert gone.status_code == 200 and gone.json()["forgotten"] == mine
+    assert api("POST", "/recall", who="acme", json={"query": "pgbouncer pool"}).json()["hits"] == []

@@ -218,3 +218,41 @@ def test_replay_unknown_trace_is_a_one_line_error(
     code, _, err = run(capsys, "replay", "tr-nope", "--index", str(sample_index))
     assert code == 2 and err.startswith("clew: error: invalid trace id")
     assert err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_remember_recall_forget_and_transcripts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = str(tmp_path / "mem")
+    chat = tmp_path / "inc-7.jsonl"
+    chat.write_text(
+        '{"speaker": "ana", "text": "pgbouncer ran out of connections", "time": "2026-03-01"}\n'
+        '{"speaker": "bo", "text": "ERR-4012 timeouts followed", "time": "2026-03-01T00:05Z"}\n'
+    )
+    code, out, _ = run(capsys, "ingest", str(chat), "--index", index, "--json", "--no-progress")
+    assert code == 0 and len(json.loads(out)["added"]) == 2
+    code, out, _ = run(
+        capsys,
+        *("remember", "Raised max_client_conn to 400", "--index", index),
+        *("--session", "inc-7", "--time", "2026-03-02T10:00:00Z", "--meta", '{"by": "ana"}'),
+        *("--relation", "related_to=concept:pgbouncer", "--json"),
+    )
+    assert code == 0
+    memory_id = json.loads(out)["id"]
+    code, out, _ = run(
+        capsys, "recall", "pgbouncer connections", "--index", index, "--session", "inc-7", "--json"
+    )
+    hits = json.loads(out)["hits"]
+    assert code == 0 and memory_id in {h["doc_id"] for h in hits}
+    assert {h["metadata"]["session"] for h in hits} == {"inc-7"}
+    code, out, _ = run(
+        capsys, "recall", "pgbouncer", "--index", index, "--as-of", "2026-03-01T01:00Z", "--json"
+    )
+    assert memory_id not in {h["doc_id"] for h in json.loads(out)["hits"]}
+    code, out, _ = run(capsys, "forget", memory_id, "--index", index)
+    assert code == 0 and out.startswith(f"forgot {memory_id}")
+    code, _, err = run(capsys, "forget", memory_id, "--index", index)
+    assert code == 2 and "no memory" in err
+    code, _, err = run(capsys, "remember", "x", "--index", index, "--relation", "caused_by")
+    assert code == 2 and "TYPE=TARGET" in err

@@ -83,7 +83,7 @@ def test_tools_search_ask_remember_forget(index: Path, tmp_path: Path) -> None:
 
     async def body(session: ClientSession) -> None:
         tools = {t.name: t for t in (await session.list_tools()).tools}
-        assert set(tools) == {"search", "ask", "remember", "forget"}
+        assert set(tools) == {"search", "ask", "remember", "recall", "forget"}
         for name in ("search", "ask"):
             schema = tools[name].input_schema
             props = schema["properties"]
@@ -98,7 +98,9 @@ def test_tools_search_ask_remember_forget(index: Path, tmp_path: Path) -> None:
             assert schema["required"] == ["query" if name == "search" else "question"]
             assert all(p.get("description") for p in props.values())
         remember_props = tools["remember"].input_schema["properties"]
-        assert set(remember_props) == {"text", "session", "time", "metadata"}
+        assert set(remember_props) == {"text", "session", "time", "metadata", "relations"}
+        recall_props = tools["recall"].input_schema["properties"]
+        assert set(recall_props) == {"query", "session", "since", "until", "as_of", "k"}
         assert tools["remember"].input_schema["required"] == ["text"]
         assert tools["forget"].input_schema["required"] == ["id"]
         assert tools["search"].annotations is not None
@@ -137,6 +139,20 @@ def test_tools_search_ask_remember_forget(index: Path, tmp_path: Path) -> None:
         assert hits[0]["metadata"]["kind"] == "memory"
         assert hits[0]["metadata"]["session"] == "chat-1"
         assert hits[0]["metadata"]["created_at"] == "2026-03-01T12:00:00Z"
+        later = await call(
+            session,
+            "remember",
+            text="The OPS-7781 freeze was lifted",
+            session="chat-1",
+            time="2026-03-05T09:00:00Z",
+            relations=[{"type": "follows", "target": mid}],
+        )
+        recalled = await call(session, "recall", query="OPS-7781 freeze", session="chat-1")
+        assert {h["doc_id"] for h in recalled["hits"]} == {later["id"], mid}
+        assert all("recency" in {c["leg"] for c in h["contributions"]} for h in recalled["hits"])
+        before = await call(session, "recall", query="OPS-7781", as_of="2026-03-02T00:00:00Z")
+        assert [h["doc_id"] for h in before["hits"]] == [mid]  # the later one was not known yet
+        await call(session, "forget", id=later["id"])
 
         gone = await call(session, "forget", id=mid)
         assert gone["forgotten"] == mid and gone["release"] > found["release"]

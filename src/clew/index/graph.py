@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -25,10 +26,11 @@ import scipy.sparse as sp
 
 from clew.config import GraphConfig
 from clew.filters import Mask
-from clew.index.files import data_path, new_stamp, publish, read_manifest
+from clew.index.files import LOAD_ERRORS, data_path, publish, read_manifest, staged
 from clew.index.lexical import top_k
 from clew.ingest.analyze import STOP_WORDS, concept_key, words
 from clew.ingest.concepts import find_identifiers
+from clew.links import CONCEPT_PREFIX, split_link
 from clew.protocols import GraphRows
 from clew.types import GraphTrail, LegHit
 
@@ -74,6 +76,8 @@ class GraphIndex:
         self.pagerank_concept: Vector = np.zeros(0)
         self.chunk_doc: dict[int, str] = {}
         self.doc_links: dict[str, list[str]] = {}
+        self.link_types: dict[str, dict[str, str]] = {}
+        """Source document → target document → relation name, for typed links only."""
         self.next_chunk: dict[int, int] = {}
         self.n_chunks = 0
         self._fuzzy_index: dict[str, list[int]] | None = None
@@ -117,7 +121,7 @@ class GraphIndex:
             items.sort()
             for (_, a), (_, b) in itertools.pairwise(items):
                 g.next_chunk[a] = b
-        g.doc_links = _resolve_links(rows.links, set(by_doc))
+        g.doc_links, g.link_types = _resolve_links(rows.links, set(by_doc))
         g.pagerank_chunk, g.pagerank_concept = _pagerank(g, by_doc, size)
         return g
 
@@ -216,6 +220,22 @@ class GraphIndex:
                             add(row, "fuzzy")
         return sorted(found.values(), key=lambda c: (-c.weight, c.key))
 
+    def within(self, linked: Sequence[LinkedConcept], allowed: Mask) -> list[LinkedConcept]:
+        """The linked concepts with at least one mention in an allowed chunk.
+
+        Linking runs over the whole graph; without this, a caller could learn from the route
+        (or the trace) that an identifier exists in documents it may not see."""
+        out = []
+        m = self.mentions
+        upto = min(m.shape[1], len(allowed))
+        for c in linked:
+            row = self.key_to_row[c.key]
+            cols = m.indices[m.indptr[row] : m.indptr[row + 1]]
+            cols = cols[cols < upto]
+            if len(cols) and bool(allowed[cols].any()):
+                out.append(c)
+        return out
+
     # -- the leg ----------------------------------------------------------------------------
 
     def search(
@@ -300,17 +320,6 @@ class GraphIndex:
         """Arrays to ``graph-<stamp>.npz``, names and maps to the ``graph.json`` manifest
         (no pickle: safe to load)."""
         m = self.mentions
-        stamp = new_stamp()
-        np.savez(
-            data_path(directory, "graph", stamp, ".npz"),
-            data=m.data,
-            indices=m.indices,
-            indptr=m.indptr,
-            shape=np.array(m.shape),
-            df=self.df,
-            pr_chunk=self.pagerank_chunk,
-            pr_concept=self.pagerank_concept,
-        )
         meta = {
             "format": FORMAT,
             "release": self.release,
@@ -324,24 +333,41 @@ class GraphIndex:
             "chunk_doc": [[o, d] for o, d in self.chunk_doc.items()],
             "next_chunk": [[a, b] for a, b in self.next_chunk.items()],
         }
-        publish(directory, "graph", stamp, meta)
+        with staged(directory, "graph") as stamp:
+            np.savez(
+                data_path(directory, "graph", stamp, ".npz"),
+                data=m.data,
+                indices=m.indices,
+                indptr=m.indptr,
+                shape=np.array(m.shape),
+                df=self.df,
+                pr_chunk=self.pagerank_chunk,
+                pr_concept=self.pagerank_concept,
+            )
+            publish(directory, "graph", stamp, meta)
 
     @classmethod
     def load(cls, directory: Path) -> GraphIndex | None:
+        """The saved graph, or None when it is missing, torn or inconsistent (then rebuild)."""
         meta = read_manifest(directory, "graph", FORMAT)
         if meta is None:
             return None
         try:
-            arrays = np.load(data_path(directory, "graph", str(meta["stamp"]), ".npz"))
-        except (OSError, ValueError):
+            return cls._load(directory, meta)
+        except LOAD_ERRORS:
             return None
+
+    @classmethod
+    def _load(cls, directory: Path, meta: dict[str, Any]) -> GraphIndex | None:
+        with np.load(data_path(directory, "graph", str(meta["stamp"]), ".npz")) as npz:
+            arrays = {key: npz[key] for key in npz.files}
         g = cls()
         g.release = int(meta["release"])
-        g.keys, g.labels, g.kinds = meta["keys"], meta["labels"], meta["kinds"]
-        g.concept_ids = meta["concept_ids"]
+        g.keys, g.labels, g.kinds = list(meta["keys"]), list(meta["labels"]), list(meta["kinds"])
+        g.concept_ids = [int(c) for c in meta["concept_ids"]]
         g.key_to_row = {k: i for i, k in enumerate(g.keys)}
         g.n_chunks, g.max_words = int(meta["n_chunks"]), int(meta["max_words"])
-        g.doc_links = meta["doc_links"]
+        g.doc_links = {str(d): list(t) for d, t in dict(meta["doc_links"]).items()}
         g.chunk_doc = {int(o): d for o, d in meta["chunk_doc"]}
         g.next_chunk = {int(a): int(b) for a, b in meta["next_chunk"]}
         shape = (int(arrays["shape"][0]), int(arrays["shape"][1]))
@@ -351,22 +377,38 @@ class GraphIndex:
         g.mentions_csc = g.mentions.tocsc()
         g.df = arrays["df"]
         g.pagerank_chunk, g.pagerank_concept = arrays["pr_chunk"], arrays["pr_concept"]
-        if len(g.keys) != shape[0] or len(g.df) != shape[0]:
+        if (
+            len(g.keys) != shape[0]
+            or len(g.df) != shape[0]
+            or len(g.labels) != shape[0]
+            or len(g.kinds) != shape[0]
+            or len(g.concept_ids) != shape[0]
+            or len(g.key_to_row) != shape[0]
+            or len(g.pagerank_concept) != shape[0]
+            or any(o >= shape[1] for o in g.chunk_doc)
+        ):
             return None
         return g
 
 
-def _resolve_links(links: Sequence[tuple[str, str]], doc_ids: set[str]) -> dict[str, list[str]]:
+def _resolve_links(
+    links: Sequence[tuple[str, str]], doc_ids: set[str]
+) -> tuple[dict[str, list[str]], dict[str, dict[str, str]]]:
+    """Raw link targets → (source → target documents, source → target → relation name)."""
     by_base: dict[str, list[str]] = defaultdict(list)
     for d in doc_ids:
         by_base[d.rsplit("/", 1)[-1]].append(d)
         by_base[d.rsplit("/", 1)[-1].rsplit(".", 1)[0]].append(d)
     out: dict[str, list[str]] = defaultdict(list)
+    types: dict[str, dict[str, str]] = defaultdict(dict)
     for src, raw in links:
+        relation, raw = split_link(raw)
+        if raw.startswith(CONCEPT_PREFIX) and relation is not None:
+            continue  # a relation to a concept is a mention, not a document edge
         target = raw.split("#", 1)[0].strip().removeprefix("./")
         if not target:
             continue
-        if target in doc_ids:
+        if (relation is not None and target in doc_ids) or target in doc_ids:
             hits = [target]
         else:
             base = target.rsplit("/", 1)[-1]
@@ -374,7 +416,9 @@ def _resolve_links(links: Sequence[tuple[str, str]], doc_ids: set[str]) -> dict[
         for dst in hits:
             if dst != src and dst not in out[src]:
                 out[src].append(dst)
-    return dict(out)
+            if dst != src and relation is not None:
+                types[src][dst] = relation
+    return dict(out), dict(types)
 
 
 def _pagerank(

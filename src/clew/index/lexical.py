@@ -17,12 +17,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from clew.filters import Mask
-from clew.index.files import data_path, new_stamp, publish, read_manifest
+from clew.index.files import LOAD_ERRORS, data_path, publish, read_manifest, staged
 from clew.types import LegHit
 
 FORMAT = "clew-bm25/1"
@@ -189,43 +190,55 @@ class BM25Index:
             "analyzer": self.analyzer,
             "segments": len(self.segments),
         }
-        stamp = new_stamp()
-        np.savez(data_path(directory, "lexical", stamp, ".npz"), **arrays)  # type: ignore[arg-type]
-        data_path(directory, "lexical", stamp, ".terms").write_text(
-            "\n".join(terms), encoding="utf-8"
-        )
-        publish(directory, "lexical", stamp, meta)
+        with staged(directory, "lexical") as stamp:
+            np.savez(data_path(directory, "lexical", stamp, ".npz"), **arrays)  # type: ignore[arg-type]
+            data_path(directory, "lexical", stamp, ".terms").write_text(
+                "\n".join(terms), encoding="utf-8"
+            )
+            publish(directory, "lexical", stamp, meta)
 
     @classmethod
     def load(cls, directory: Path) -> BM25Index | None:
+        """The saved index, or None when it is missing, torn or inconsistent (then rebuild)."""
         meta = read_manifest(directory, "lexical", FORMAT)
         if meta is None:
             return None
-        stamp = str(meta["stamp"])
         try:
-            data = np.load(data_path(directory, "lexical", stamp, ".npz"))
-            terms = (
-                data_path(directory, "lexical", stamp, ".terms")
-                .read_text(encoding="utf-8")
-                .split("\n")
-            )
-        except (OSError, ValueError):
+            return cls._load(directory, meta)
+        except LOAD_ERRORS:
             return None
+
+    @classmethod
+    def _load(cls, directory: Path, meta: dict[str, Any]) -> BM25Index | None:
+        stamp = str(meta["stamp"])
+        n_segments = int(meta["segments"])
+        with np.load(data_path(directory, "lexical", stamp, ".npz")) as data:
+            arrays = {key: data[key] for key in data.files}
+        terms = data_path(directory, "lexical", stamp, ".terms").read_text(encoding="utf-8")
         idx = cls()
-        idx.vocab = {t: i for i, t in enumerate(terms)} if terms != [""] else {}
-        idx.df = data["df"]
-        idx.doclen = data["doclen"]
+        lines = terms.split("\n") if terms else []
+        idx.vocab = {t: i for i, t in enumerate(lines)}
+        idx.df = arrays["df"]
+        idx.doclen = arrays["doclen"]
         idx.segments = [
-            _Segment(data[f"indptr{i}"], data[f"rows{i}"], data[f"tfs{i}"])
-            for i in range(int(meta["segments"]))
+            _Segment(arrays[f"indptr{i}"], arrays[f"rows{i}"], arrays[f"tfs{i}"])
+            for i in range(n_segments)
         ]
         idx.n_docs = int(meta["n_docs"])
         idx.total_len = float(meta["total_len"])
         idx.last_ordinal = int(meta["last_ordinal"])
         idx.release = int(meta["release"])
         idx.analyzer = str(meta["analyzer"])
-        if len(idx.df) != len(idx.vocab):
+        if len(idx.df) != len(lines) or len(idx.vocab) != len(lines):
             return None
+        for seg in idx.segments:
+            if (
+                len(seg.indptr) > len(idx.vocab) + 1
+                or len(seg.rows) != len(seg.tfs)
+                or (len(seg.indptr) and int(seg.indptr[-1]) != len(seg.rows))
+                or (len(seg.rows) and int(seg.rows.max()) >= len(idx.doclen))
+            ):
+                return None
         return idx
 
 

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from clew.config import DenseConfig
 from clew.filters import Mask
-from clew.index.files import data_path, new_stamp, publish, read_manifest
+from clew.index.files import LOAD_ERRORS, data_path, publish, read_manifest, staged
 from clew.index.lexical import top_k
 from clew.types import LegHit
 
@@ -136,14 +136,6 @@ class VectorIndex:
     # -- persistence ------------------------------------------------------------------------
 
     def save(self, directory: Path) -> None:
-        stamp = new_stamp()
-        np.save(
-            data_path(directory, "vectors", stamp, ".npy"), self.matrix[: self.last_ordinal + 1]
-        )
-        if self.hnsw is not None:
-            import faiss
-
-            faiss.write_index(self.hnsw, str(data_path(directory, "vectors", stamp, ".hnsw")))
         meta = {
             "format": FORMAT,
             "release": self.release,
@@ -154,33 +146,51 @@ class VectorIndex:
             "hnsw_rows": self._hnsw_rows if self.hnsw is not None else 0,
             "hnsw_m": self.config.hnsw_m,
         }
-        publish(directory, "vectors", stamp, meta)
+        with staged(directory, "vectors") as stamp:
+            np.save(
+                data_path(directory, "vectors", stamp, ".npy"),
+                self.matrix[: self.last_ordinal + 1],
+            )
+            if self.hnsw is not None:
+                import faiss
+
+                faiss.write_index(self.hnsw, str(data_path(directory, "vectors", stamp, ".hnsw")))
+            publish(directory, "vectors", stamp, meta)
 
     @classmethod
     def load(cls, directory: Path, config: DenseConfig) -> VectorIndex | None:
+        """The saved index, or None when it is missing, torn, inconsistent or built with other
+        HNSW settings (then rebuild)."""
         meta = read_manifest(directory, "vectors", FORMAT)
         if meta is None or meta.get("hnsw_m") != config.hnsw_m:
             return None
-        stamp = str(meta["stamp"])
         try:
-            matrix = np.load(data_path(directory, "vectors", stamp, ".npy"))
-        except (OSError, ValueError):
+            return cls._load(directory, config, meta)
+        except LOAD_ERRORS:
             return None
+
+    @classmethod
+    def _load(
+        cls, directory: Path, config: DenseConfig, meta: dict[str, Any]
+    ) -> VectorIndex | None:
+        stamp = str(meta["stamp"])
+        matrix = np.load(data_path(directory, "vectors", stamp, ".npy"))
         idx = cls(int(meta["dim"]), config)
         idx.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
         idx.count = int(meta["count"])
         idx.last_ordinal = int(meta["last_ordinal"])
         idx.release = int(meta["release"])
         idx.model = str(meta["model"])
+        if idx.matrix.ndim != 2 or idx.matrix.shape[1] != idx.dim:
+            return None
+        if len(idx.matrix) != idx.last_ordinal + 1 and idx.count:
+            return None
         if meta.get("hnsw_rows"):
             import faiss
 
-            try:
-                idx.hnsw = faiss.read_index(str(data_path(directory, "vectors", stamp, ".hnsw")))
-            except RuntimeError:
-                return None
+            idx.hnsw = faiss.read_index(str(data_path(directory, "vectors", stamp, ".hnsw")))
             idx._hnsw_rows = int(meta["hnsw_rows"])
+            if idx.hnsw.ntotal != idx._hnsw_rows or idx.hnsw.d != idx.dim:
+                return None
             idx.hnsw.hnsw.efSearch = config.ef_search
-        if len(idx.matrix) != idx.last_ordinal + 1 and idx.count:
-            return None
         return idx

@@ -11,6 +11,7 @@ long for one chunk is split at sentences, and a sentence too long at words, with
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,10 +24,16 @@ TokenCounter = Callable[[Sequence[str]], list[int]]
 
 SPECIAL_TOKENS = 2  # [CLS] and [SEP]
 
-_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$", re.MULTILINE)
+HEADING = re.compile(r"^(#{1,6})[ \t]+([^\n]+)$", re.MULTILINE)
+"""An ATX heading line (``## Title ##``); its text is :func:`heading_text` of group 2.
+
+No two quantifiers compete for the same characters, so matching is linear on any input (the
+former ``(.+?)[ \t]*#*[ \t]*$`` took minutes on a heading followed by a few thousand blanks)."""
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
 _WORD = re.compile(r"\S+")
+_WORD_BLOCK = 4096
+"""Words counted per tokenizer call when a sentence is split into word windows."""
 
 
 def content_hash(text: str) -> str:
@@ -51,17 +58,31 @@ class _Span:
     headings: tuple[str, ...]
 
 
+def heading_text(raw: str) -> str:
+    """A heading's text: surrounding blanks and a closing ``#`` run (``## Title ##``) removed.
+
+    A closing run counts only after a blank, so ``## C#`` keeps its ``#`` (as CommonMark)."""
+    text = raw.strip(" \t")
+    bare = text.rstrip("#")
+    if bare != text and (not bare or bare[-1] in " \t"):
+        text = bare.rstrip(" \t")
+    return text
+
+
 def _sections(text: str) -> list[_Span]:
     """Split at headings; each section keeps the path of headings above it."""
     spans: list[_Span] = []
     path: list[tuple[int, str]] = []
     pos = 0
     current: tuple[str, ...] = ()
-    for m in _HEADING.finditer(text):
+    for m in HEADING.finditer(text):
+        title = heading_text(m.group(2))
+        if not title:
+            continue
         if m.start() > pos:
             spans.append(_Span(pos, m.start(), current))
         level = len(m.group(1))
-        path = [(lvl, h) for lvl, h in path if lvl < level] + [(level, m.group(2).strip())]
+        path = [(lvl, h) for lvl, h in path if lvl < level] + [(level, title)]
         current = tuple(h for _, h in path)
         pos = m.start()
     spans.append(_Span(pos, len(text), current))
@@ -134,29 +155,50 @@ class Chunker:
         return out
 
     def _word_windows(self, text: str, span: _Span, budget: int) -> list[_Span]:
-        words = [
-            (span.start + m.start(), span.start + m.end())
-            for m in _WORD.finditer(text[span.start : span.end])
-        ]
-        costs = self.count([text[a:b] for a, b in words])
+        """Windows of whole words, at most ``budget`` tokens each (a longer word alone),
+        consecutive windows repeating about ``overlap_tokens`` tokens.
+
+        Words are read and counted in blocks, and only the words from the current window on are
+        kept, so a paragraph of any size takes memory for a block, not for all of its words."""
+        found = (m.span() for m in _WORD.finditer(text, span.start, span.end))
+        starts: list[int] = []
+        ends: list[int] = []
+        costs: list[int] = []
+        base = 0  # index of starts[0] among all the span's words
+        exhausted = False
+
+        def have(index: int) -> bool:
+            """Whether word ``index`` exists, reading the next block of words when needed."""
+            nonlocal exhausted
+            while index - base >= len(starts) and not exhausted:
+                block = list(itertools.islice(found, _WORD_BLOCK))
+                exhausted = len(block) < _WORD_BLOCK
+                starts.extend(a for a, _ in block)
+                ends.extend(b for _, b in block)
+                costs.extend(self.count([text[a:b] for a, b in block]))
+            return index - base < len(starts)
+
         windows: list[_Span] = []
         i = 0
-        while i < len(words):
+        while have(i):
             total = 0
             j = i
-            while j < len(words) and (total + costs[j] <= budget or j == i):
-                total += costs[j]
+            while have(j) and (total + costs[j - base] <= budget or j == i):
+                total += costs[j - base]
                 j += 1
-            windows.append(_Span(words[i][0], words[j - 1][1], span.headings))
-            if j >= len(words):
+            windows.append(_Span(starts[i - base], ends[j - 1 - base], span.headings))
+            if not have(j):
                 break
             # step back to repeat about overlap_tokens tokens in the next window
             back = 0
             k = j
-            while k - 1 > i and back + costs[k - 1] <= self.config.overlap_tokens:
-                back += costs[k - 1]
+            while k - 1 > i and back + costs[k - 1 - base] <= self.config.overlap_tokens:
+                back += costs[k - 1 - base]
                 k -= 1
             i = k
+            drop = i - base  # words before the new window are never read again
+            del starts[:drop], ends[:drop], costs[:drop]
+            base = i
         return windows
 
     def _pack(

@@ -98,7 +98,7 @@ class ConceptExtractor:
 
     @property
     def version(self) -> str:
-        return f"concepts/2+{SPACY_MODEL}" if self.config.spacy else "concepts/2"
+        return f"concepts/3+{SPACY_MODEL}" if self.config.spacy else "concepts/3"
 
     def _pipeline(self) -> Any:
         with self._lock:
@@ -146,7 +146,13 @@ def _count(items: list[tuple[str, str, ConceptKind]]) -> list[Mention]:
     for key, surface, kind in items:
         if key not in first or (kind == "identifier" and first[key][1] != "identifier"):
             first[key] = (surface, kind)
-    return [Mention(Concept(key, first[key][0], first[key][1]), n) for key, n in counts.items()]
+    surfaces: dict[str, dict[str, None]] = {}
+    for key, surface, _ in items:
+        surfaces.setdefault(key, {})[surface] = None
+    return [
+        Mention(Concept(key, first[key][0], first[key][1], tuple(surfaces[key])), n)
+        for key, n in counts.items()
+    ]
 
 
 _SPACY_CACHE: dict[str, Any] = {}

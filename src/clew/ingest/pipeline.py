@@ -12,24 +12,27 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
 
-from clew.ingest.analyze import analyze
+from clew.ingest.analyze import analyze, concept_key
 from clew.ingest.chunk import Chunker, embedding_text
 from clew.ingest.concepts import ConceptExtractor
+from clew.links import CONCEPT_PREFIX, split_link
 from clew.protocols import DocumentRecord, Encoder
-from clew.types import Document, IngestReport
+from clew.types import Concept, Document, IngestReport, Mention
 
 
 class _Writer(Protocol):
     def doc_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]: ...
 
     def write(self, records: Sequence[DocumentRecord]) -> int: ...
+
+    def concept_kinds(self, keys: Sequence[str]) -> dict[str, str]: ...
 
     def release(self) -> int: ...
 
@@ -72,6 +75,11 @@ def build_records(docs: Sequence[Document], ctx: IngestContext) -> list[Document
     pos = 0
     for doc, chunks in zip(docs, chunked, strict=True):
         n = len(chunks)
+        related = _related_concepts(doc)
+        if related:
+            for i in range(pos, pos + n):
+                have = {m.concept.key for m in mentions[i]}
+                mentions[i] = [*mentions[i], *(m for m in related if m.concept.key not in have)]
         records.append(
             DocumentRecord(
                 document=doc,
@@ -136,10 +144,79 @@ def ingest(
 
 
 def _flush(batch: list[Document], store: _Writer, ctx: IngestContext, bar: object) -> int:
-    records = build_records(batch, ctx)
+    records = resolve_entities(build_records(batch, ctx), store.concept_kinds)
     store.write(records)
     n = sum(len(r.chunks) for r in records)
     if bar is not None:
         bar.update(len(batch))  # type: ignore[attr-defined]
         bar.set_postfix(chunks=n)  # type: ignore[attr-defined]
     return n
+
+
+def _related_concepts(doc: Document) -> list[Mention]:
+    """Concepts a document names in typed links (``related_to::concept:pgbouncer``): each of
+    its chunks mentions them, so the graph leg and expansion reach it through them."""
+    out: list[Mention] = []
+    for raw in doc.links:
+        relation, target = split_link(raw)
+        if relation is None or not target.startswith(CONCEPT_PREFIX):
+            continue
+        label = target[len(CONCEPT_PREFIX) :].strip()
+        key = concept_key(label)
+        if key and all(m.concept.key != key for m in out):
+            out.append(Mention(Concept(key, label, "entity"), 1))
+    return out
+
+
+_NAME_KINDS = frozenset({"identifier"})
+"""Kinds that count as names here: identifiers (``PgBouncer``, ``ERR-4012``, ``ledger-writer``).
+Named entities are left out: the tagger also calls common words entities (``Pool``)."""
+
+
+def resolve_entities(
+    records: Sequence[DocumentRecord],
+    stored_kinds: Callable[[Sequence[str]], dict[str, str]],
+) -> list[DocumentRecord]:
+    """Entity resolution across documents and sessions.
+
+    Case, determiners and plurals already fold into one key (``PgBouncer``, ``pgbouncer``,
+    ``the pgbouncers`` → ``pgbouncer``). Here a phrase whose modifier is a known name also
+    mentions that name: ``the pgbouncer migration`` mentions ``pgbouncer`` when ``pgbouncer``
+    is an identifier or named entity in this batch or already in the store, and the phrase is
+    recorded as one of its surface forms. Identifiers are only ever matched whole, so
+    ``ERR-4412`` and ``ERR-4413`` never merge."""
+    names: dict[str, Concept] = {}
+    modifiers: set[str] = set()
+    for rec in records:
+        for mentions in rec.mentions:
+            for m in mentions:
+                if m.concept.kind in _NAME_KINDS:
+                    names.setdefault(m.concept.key, m.concept)
+                elif m.concept.kind == "phrase" and " " in m.concept.key:
+                    modifiers.update(m.concept.key.split()[:-1])
+    unknown = sorted(modifiers - set(names))
+    for key, kind in (stored_kinds(unknown) if unknown else {}).items():
+        if kind in _NAME_KINDS:
+            names[key] = Concept(key, key, kind)  # type: ignore[arg-type]
+    if not any(w in names for w in modifiers):
+        return list(records)
+    out: list[DocumentRecord] = []
+    for rec in records:
+        chunks: list[tuple[Mention, ...]] = []
+        for mentions in rec.mentions:
+            have = {m.concept.key for m in mentions}
+            extra: list[Mention] = []
+            for m in mentions:
+                if m.concept.kind != "phrase" or " " not in m.concept.key:
+                    continue
+                for word in m.concept.key.split()[:-1]:
+                    name = names.get(word)
+                    if name is not None and word not in have:
+                        have.add(word)
+                        aliases = (*m.concept.aliases, m.concept.label)
+                        extra.append(
+                            Mention(Concept(word, name.label, name.kind, aliases), m.count)
+                        )
+            chunks.append((*mentions, *extra))
+        out.append(replace(rec, mentions=tuple(chunks)))
+    return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -22,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from clew.config import EmbedderConfig, EngineConfig, preset_config
+from clew.config import EmbedderConfig, EngineConfig, RecencyConfig, preset_config
 from clew.errors import ConfigError, QueryError, StoreError
-from clew.filters import Mask, MetadataColumns, parse_filter, parse_time, to_json
+from clew.filters import Mask, MetadataColumns, matches, parse_filter, parse_time, to_json
 from clew.index.graph import GraphIndex, LinkedConcept
 from clew.index.lexical import BM25Index
 from clew.index.vector import VectorIndex
@@ -40,6 +41,7 @@ from clew.retrieve.rerank import build_reranker, leg_features, recency, rerank
 from clew.retrieve.route import route
 from clew.store.sqlite import SQLiteStore
 from clew.types import (
+    Contribution,
     Document,
     Hit,
     IngestReport,
@@ -58,6 +60,12 @@ if TYPE_CHECKING:
     from clew.trace import TraceStore
 
 log = logging.getLogger(__name__)
+
+MEMORY_KIND = "memory"
+"""``metadata.kind`` of a memory (:mod:`clew.memory`)."""
+MEMORY_SOURCE = "memory"
+RECENCY = "recency"
+"""Contribution name of recency weighting."""
 
 _INGEST_META = ("embedder", "embedder_version", "dim", "analyzer", "concepts", "chunk")
 
@@ -116,6 +124,22 @@ class _Snapshot:
     _columns: MetadataColumns | None = None
     _masks: OrderedDict[str, Mask] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _memories: bool | None = None
+
+    def columns(self) -> MetadataColumns:
+        with self._lock:
+            if self._columns is None:
+                self._columns = MetadataColumns.build(len(self.live), self.store.metadata_rows())
+            return self._columns
+
+    def has_memories(self) -> bool:
+        """Whether any memory is in this release (memories get recency weighting)."""
+        if self._memories is None:
+            self._memories = self.store.has_source(MEMORY_SOURCE)
+        return self._memories
+
+    def memory_mask(self) -> Mask:
+        return self.allowed(None, json.dumps({"kind": MEMORY_KIND}))
 
     def allowed(self, filter_json: str | None, scope_json: str | None = None) -> Mask:
         """Live chunks that pass the request's filter AND the caller's scope.
@@ -131,13 +155,18 @@ class _Snapshot:
             if cached is not None:
                 self._masks.move_to_end(key)
                 return cached
-            if self._columns is None:
-                self._columns = MetadataColumns.build(len(self.live), self.store.metadata_rows())
+        columns = self.columns()
+        with self._lock:
             mask = self.live
-            for spec, strict in ((filter_json, True), (scope_json, False)):
-                node = parse_filter(spec)
-                if node is not None:
-                    mask = mask & self._columns.mask(node, strict=strict)
+            scope = parse_filter(scope_json)
+            if scope is not None:
+                mask = mask & columns.mask(scope, strict=False)
+            node = parse_filter(filter_json)
+            if node is not None:
+                # a scoped caller's filter is checked against the fields of documents in scope:
+                # an error must not name, or hint at, fields only other tenants use
+                within = None if scope is None else mask
+                mask = mask & columns.mask(node, strict=True, within=within)
             self._masks[key] = mask
             if len(self._masks) > 64:
                 self._masks.popitem(last=False)
@@ -172,6 +201,8 @@ class _Run:
     """The caller's scope (AND-ed with the filter in every leg); None = unscoped."""
     caller: str | None = None
     """Name of the principal that asked (a service key's name; never the key)."""
+    reference: float = 0.0
+    """Reference time of recency weighting and ``as_of`` (epoch seconds)."""
 
     def result(self) -> SearchResult:
         return SearchResult(
@@ -215,6 +246,7 @@ class _Run:
             "filter": self.filter,
             "scope": self.scope,
             "caller": self.caller,
+            "reference_time": self.reference,
             "preset": self.preset,
             "config": self.cfg.to_dict(),
             "release": self.snap.release,
@@ -283,10 +315,24 @@ class Engine:
         create: bool = False,
         encoder: Encoder | None = None,
         extractor: ConceptExtractor | None = None,
+        read_only: bool = False,
+        write_timeout: float = 5.0,
     ) -> None:
+        """Open (or with ``create``, create) the index in ``directory``.
+
+        ``read_only``: never write (an index whose directory this process cannot write opens
+        read-only by itself: ``engine.store.read_only``). ``write_timeout``: seconds an ingest or
+        delete waits for another writer (thread or process) to finish before it fails with a
+        :class:`StoreError` naming that writer; see :mod:`clew.store.lock`."""
+        from clew.store.lock import WriteLock
+
         self.directory = Path(directory)
         self.config = config or EngineConfig()
-        self.store = SQLiteStore(self.directory, create=create)
+        self._write_lock = WriteLock(self.directory, write_timeout)
+        self.store = SQLiteStore(self.directory, create=create, read_only=read_only)
+        if self.store.read_only and self.config.trace.enabled:
+            # a trace is a file in the index directory: none can be written here
+            self.config = replace(self.config, trace=replace(self.config.trace, enabled=False))
         self._encoder = encoder
         self._injected_encoder = encoder is not None
         self._extractor = extractor
@@ -300,6 +346,8 @@ class Engine:
         self._rerankers: dict[tuple[Any, ...], Reranker] = {}
         self._calibrations: dict[str, Calibration] = {}
         self._traces: TraceStore | None = None
+        self._cache: OrderedDict[str, Any] = OrderedDict()
+        self._cache_lock = threading.Lock()
         self._check_ingest_meta()
 
     @classmethod
@@ -311,8 +359,18 @@ class Engine:
         create: bool = False,
         encoder: Encoder | None = None,
         extractor: ConceptExtractor | None = None,
+        read_only: bool = False,
+        write_timeout: float = 5.0,
     ) -> Engine:
-        return cls(directory, config, create=create, encoder=encoder, extractor=extractor)
+        return cls(
+            directory,
+            config,
+            create=create,
+            encoder=encoder,
+            extractor=extractor,
+            read_only=read_only,
+            write_timeout=write_timeout,
+        )
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
@@ -393,18 +451,20 @@ class Engine:
     def ingest(
         self, sources: Iterable[str | Path] | Sequence[Document], *, progress: bool = False
     ) -> IngestReport:
-        """Ingest files, directories or :class:`Document` values; then refresh the indexes."""
+        """Ingest files, directories or :class:`Document` values; then refresh the indexes.
+
+        One writer at a time: the write lock (:mod:`clew.store.lock`) is held from the first
+        store read to the last derived-index save; waiting longer than ``write_timeout`` for
+        another writer is a :class:`StoreError`, and so is a read-only index or a failed write
+        (disk full): each store batch is one transaction, so a failure leaves earlier batches
+        complete and nothing of its own."""
+        self.store.check_writable()
         items = list(sources)
         if all(isinstance(s, Document) for s in items):
             docs: Iterable[Document] = items  # type: ignore[assignment]
         else:
             docs = [d for s in items for d in load_path(s)]  # type: ignore[arg-type]
         meta = self._ingest_meta()
-        stored = {k: self.store.get_meta(k) for k in _INGEST_META}
-        if stored["embedder"] is not None and stored["dim"] != meta["dim"]:
-            raise ConfigError(
-                f"embedder dimension {meta['dim']} does not match the index ({stored['dim']})"
-            )
         counter = getattr(self.encoder, "count_tokens", None)
         if counter is None:
             raise ConfigError("the encoder has no count_tokens(texts) method for chunk sizing")
@@ -414,23 +474,34 @@ class Engine:
             extractor=self.extractor,
             fingerprint=json.dumps(meta, sort_keys=True),
         )
-        if any(stored[k] != meta[k] for k in _INGEST_META):
-            self.store.set_meta(meta)  # before the first batch: it describes what is written
-        try:
-            report = ingest(docs, self.store, ctx, progress=progress)
-        finally:
-            self.refresh()
+        with self._write_lock.hold():
+            stored = {k: self.store.get_meta(k) for k in _INGEST_META}
+            if stored["embedder"] is not None and stored["dim"] != meta["dim"]:
+                raise ConfigError(
+                    f"embedder dimension {meta['dim']} does not match the index ({stored['dim']})"
+                )
+            if any(stored[k] != meta[k] for k in _INGEST_META):
+                self.store.set_meta(meta)  # before the first batch: it describes what is written
+            try:
+                report = ingest(docs, self.store, ctx, progress=progress)
+            finally:
+                self.refresh()
         return report
 
     def delete(self, doc_ids: str | Sequence[str]) -> int:
-        """Remove documents from every leg. Unknown ids are an error, nothing is removed."""
+        """Remove documents from every leg. Unknown ids are an error, nothing is removed.
+
+        Holds the write lock like :meth:`ingest`; the removal is one transaction."""
+        self.store.check_writable()
         ids = [doc_ids] if isinstance(doc_ids, str) else list(doc_ids)
-        missing = [d for d in ids if not self.store.has_document(d)]
-        if missing:
-            raise StoreError(f"no document with id {missing[0]!r} in the index")
-        release = self.store.delete(ids)
-        self.refresh()
-        return release
+        with self._write_lock.hold():
+            missing = [d for d in ids if not self.store.has_document(d)]
+            if missing:
+                raise StoreError(f"no document with id {missing[0]!r} in the index")
+            try:
+                return self.store.delete(ids)
+            finally:
+                self.refresh()
 
     # -- derived indexes --------------------------------------------------------------------
 
@@ -479,51 +550,78 @@ class Engine:
         return snap
 
     def _sync(self, release: int) -> _Snapshot:
+        """A snapshot at the store's current release (``release`` or a newer one).
+
+        Every store read happens in one read transaction, so the snapshot holds exactly one
+        committed release even while other connections or processes commit. Derived files are
+        saved afterwards, best effort: they are a cache of the store, so a failed save (disk
+        full, read-only directory) is logged and the next open catches up or rebuilds."""
         d = self.directory
-        size = self.store.max_ordinal() + 1
-        live_ords = self.store.live_ordinals()
-        live = np.zeros(size, dtype=bool)
-        live[live_ords] = True
-        old = self._snapshot
+        saves: list[tuple[str, Callable[[Path], None]]] = []
+        with self.store.reading():
+            release = self.store.release()
+            size = self.store.max_ordinal() + 1
+            live_ords = self.store.live_ordinals()
+            live = np.zeros(size, dtype=bool)
+            live[live_ords] = True
+            old = self._snapshot
 
-        lexical = old.lexical if old else BM25Index.load(d)
-        if (
-            lexical is None
-            or lexical.analyzer != ANALYZER_VERSION
-            or lexical.last_ordinal >= size
-            or len(live_ords) < 0.8 * lexical.n_docs
-        ):
-            lexical = self._rebuild_lexical()
-        elif lexical.release != release:
-            lexical.add(self.store.iter_tokens(lexical.last_ordinal))
-            if lexical.needs_merge():
+            lexical = old.lexical if old else BM25Index.load(d)
+            if (
+                lexical is None
+                or lexical.analyzer != ANALYZER_VERSION
+                or lexical.last_ordinal >= size
+                or lexical.release > release
+                or len(live_ords) < 0.8 * lexical.n_docs
+            ):
                 lexical = self._rebuild_lexical()
-        if lexical.release != release:
-            lexical.release = release
-            lexical.save(d)
+            elif lexical.release != release:
+                lexical.add(self.store.iter_tokens(lexical.last_ordinal))
+                if lexical.needs_merge():
+                    lexical = self._rebuild_lexical()
+            if lexical.release != release:
+                lexical.release = release
+                saves.append(("lexical", lexical.save))
 
-        model = str(self.store.get_meta("embedder_version") or "")
-        vector = old.vector if old else VectorIndex.load(d, self.config.dense)
-        if vector is None or vector.model != model or vector.last_ordinal >= size:
-            vector = VectorIndex(int(self.store.get_meta("dim") or 384), self.config.dense)
-            vector.model = model
-            vector.add(self.store.iter_vectors(0))
-            vector.release = -1
-        elif vector.release != release:
-            vector.add(self.store.iter_vectors(vector.last_ordinal))
-        if vector.release != release:
-            vector.release = release
-            vector.save(d)
+            model = str(self.store.get_meta("embedder_version") or "")
+            vector = old.vector if old else VectorIndex.load(d, self.config.dense)
+            if (
+                vector is None
+                or vector.model != model
+                or vector.last_ordinal >= size
+                or vector.release > release
+            ):
+                vector = VectorIndex(int(self.store.get_meta("dim") or 384), self.config.dense)
+                vector.model = model
+                vector.add(self.store.iter_vectors(0))
+                vector.release = -1
+            elif vector.release != release:
+                vector.add(self.store.iter_vectors(vector.last_ordinal))
+            if vector.release != release:
+                vector.release = release
+                saves.append(("vector", vector.save))
 
-        graph = old.graph if old else GraphIndex.load(d)
-        if graph is None or graph.release != release:
-            graph = GraphIndex.build(self.store.graph_rows(), size, release)
-            graph.save(d)
-        if old is not None:
-            keys = dict(old.keys)
-            keys.update(self.store.chunk_keys(after=max(old.keys, default=0)))
-        else:
-            keys = dict(self.store.chunk_keys(after=0))
+            graph = old.graph if old else GraphIndex.load(d)
+            if graph is None or graph.release != release:
+                graph = GraphIndex.build(self.store.graph_rows(), size, release)
+                saves.append(("graph", graph.save))
+            if old is not None:
+                keys = dict(old.keys)
+                keys.update(self.store.chunk_keys(after=max(old.keys, default=0)))
+            else:
+                keys = dict(self.store.chunk_keys(after=0))
+        if not self.store.read_only:
+            for name, save in saves:
+                try:
+                    save(d)
+                except (OSError, RuntimeError) as exc:  # faiss reports I/O as RuntimeError
+                    log.warning(
+                        "could not save the %s index in %s (%s); it is served from memory and "
+                        "rebuilt from the store on the next open",
+                        name,
+                        d,
+                        exc,
+                    )
         return _Snapshot(release, lexical, vector, graph, live, self.store, keys)
 
     def _rebuild_lexical(self) -> BM25Index:
@@ -545,21 +643,98 @@ class Engine:
         config: EngineConfig | None = None,
         scope: Any = None,
         caller: str | None = None,
+        as_of: float | None = None,
     ) -> SearchResult:
         """Hybrid search. Always returns a :class:`SearchResult`.
 
         ``scope`` is the caller's access filter (a service key's scope): AND-ed with ``filter``
         in every leg and graph expansion, so a request can narrow what it sees, never widen it.
-        ``caller`` names the principal in the trace."""
-        with self._reading():
+        ``caller`` names the principal in the trace. ``as_of`` (epoch seconds) is the
+        reference time of recency weighting (default: now)."""
+        cfg = config or (preset_config(preset) if preset else self.config)
+        with self._reading() as snap:
+            key = self._cache_key("search", query, k, filter, scope, preset, cfg, as_of, caller)
+            cached = self._cache_get(key, snap)
+            if cached is not None:
+                return replace(cached, cached=True)  # type: ignore[no-any-return]
             run = self._retrieve(
-                query, k=k, filter=filter, preset=preset, config=config, scope=scope
+                query, k=k, filter=filter, preset=preset, config=cfg, scope=scope, as_of=as_of
             )
             run.caller = caller
             result = run.result()
-            if run.cfg.trace.enabled:
+            if run.cfg.trace.enabled and not self.store.read_only:
                 result = replace(result, trace_id=self._write_trace(run, "search"))
+            self._cache_put(key, snap, result)
         return result
+
+    # -- result cache -----------------------------------------------------------------------
+
+    def _cache_key(
+        self,
+        kind: str,
+        query: Any,
+        k: int | None,
+        filter: Any,
+        scope: Any,
+        preset: str | None,
+        cfg: EngineConfig,
+        as_of: float | None,
+        caller: str | None,
+    ) -> str | None:
+        """Everything a result depends on, or None when results of this config are not cached:
+        the normalized query, k, the config (and so the route), filter, scope and caller, the
+        time constraint, and (added per snapshot) the release, analyzer and model versions."""
+        if cfg.cache.size == 0 or self.config.cache.size == 0 or not isinstance(query, str):
+            return None
+        if cfg.rerank.kind == "llm" or (kind == "ask" and cfg.answer.mode == "generative"):
+            return None  # an external model answers: not a function of the index alone
+        node, scope_node = parse_filter(filter), parse_filter(scope)
+        recency = cfg.recency.weight > 0 and (cfg.recency.documents or cfg.recency.memories)
+        moment = as_of if as_of is not None else (int(time.time() // 60) if recency else None)
+        return json.dumps(
+            [
+                kind,
+                " ".join(query.split()),
+                k,
+                to_json(node),
+                to_json(scope_node),
+                caller,
+                preset,
+                cfg.to_dict(),
+                moment,
+            ],
+            sort_keys=True,
+            default=str,
+        )
+
+    def _cache_get(self, key: str | None, snap: _Snapshot) -> Any:
+        if key is None:
+            return None
+        full = self._versioned(key, snap)
+        with self._cache_lock:
+            found = self._cache.get(full)
+            if found is not None:
+                self._cache.move_to_end(full)
+            return found
+
+    def _cache_put(self, key: str | None, snap: _Snapshot, value: Any) -> None:
+        rerank = getattr(value, "rerank", None)
+        if key is None or (rerank is not None and not rerank.ran):
+            return  # a reranker that fell back may work next time
+        full = self._versioned(key, snap)
+        with self._cache_lock:
+            self._cache[full] = value
+            while len(self._cache) > self.config.cache.size:
+                self._cache.popitem(last=False)
+
+    def _versioned(self, key: str, snap: _Snapshot) -> str:
+        versions = (self.store.get_meta("embedder_version"), self.store.get_meta("concepts"))
+        return f"{snap.release}|{ANALYZER_VERSION}|{versions[0]}|{versions[1]}|{key}"
+
+    def clear_cache(self) -> None:
+        """Drop every cached result (a new release makes them unreachable anyway)."""
+        with self._cache_lock:
+            self._cache.clear()
 
     def _retrieve(
         self,
@@ -571,6 +746,7 @@ class Engine:
         config: EngineConfig | None,
         exclude_docs: Sequence[str] = (),
         scope: Any = None,
+        as_of: float | None = None,
     ) -> _Run:
         """Every stage up to the final hits, with the intermediate lists kept for the trace.
 
@@ -610,6 +786,8 @@ class Engine:
 
         t = time.perf_counter()
         linked = snap.graph.link(query, fuzzy=cfg.graph.fuzzy, word_weight=cfg.graph.word_weight)
+        if allowed is not snap.live:
+            linked = snap.graph.within(linked, allowed)
         chosen = route(query, len(linked), cfg.fusion, cfg.router)
         timings["route"] = _ms(t)
 
@@ -648,8 +826,15 @@ class Engine:
         if cfg.fusion.dedup:
             fused = dedup(fused, content_hash)
         timings["fuse"] = _ms(t)
+        reference = time.time() if as_of is None else as_of
+        rc = cfg.recency
+        if fused and rc.weight > 0 and (rc.documents or (rc.memories and snap.has_memories())):
+            t = time.perf_counter()
+            fused = _recency(fused, snap, rc, reference, cfg.fusion.rrf_k)
+            timings["recency"] = _ms(t)
         run = _Run(cfg, query, k, to_json(node), preset or "default", snap, chosen, lists, fused)
         run.scope = to_json(scope_node)
+        run.reference = reference
 
         pool = fused
         if (cfg.expand.enabled or chosen.expand) and fused:
@@ -785,13 +970,19 @@ class Engine:
         """Search, assemble a budgeted context, and answer with citations (or abstain).
 
         ``scope`` and ``caller`` as in :meth:`search`."""
-        with self._reading():
+        cfg = config or (preset_config(preset) if preset else self.config)
+        with self._reading() as snap:
+            key = self._cache_key("ask", question, k, filter, scope, preset, cfg, None, caller)
+            cached = self._cache_get(key, snap)
+            if cached is not None:
+                return cached  # type: ignore[no-any-return]
             answer, run, extra = self._ask(
-                question, k=k, filter=filter, preset=preset, config=config, scope=scope
+                question, k=k, filter=filter, preset=preset, config=cfg, scope=scope
             )
             run.caller = caller
-            if run.cfg.trace.enabled:
+            if run.cfg.trace.enabled and not self.store.read_only:
                 answer = replace(answer, trace_id=self._write_trace(run, "ask", extra))
+            self._cache_put(key, snap, answer)
         return answer
 
     def _ask(
@@ -804,6 +995,7 @@ class Engine:
         config: EngineConfig | None,
         exclude_docs: Sequence[str] = (),
         scope: Any = None,
+        as_of: float | None = None,
     ) -> tuple[Answer, _Run, dict[str, Any]]:
         from clew.compose.answer import (
             NOT_FOUND,
@@ -826,6 +1018,7 @@ class Engine:
             config=cfg,
             exclude_docs=exclude_docs,
             scope=scope,
+            as_of=as_of,
         )
         timings = run.timings
         t = time.perf_counter()
@@ -971,6 +1164,7 @@ class Engine:
             "preset": old["preset"],
             "config": cfg,
             "scope": old.get("scope"),
+            "as_of": old.get("reference_time"),
         }
         with self._reading():
             if kind == "ask":
@@ -1053,13 +1247,115 @@ class Engine:
             release=doc["release"],
         )
 
+    def concepts(self, *, merged_only: bool = False) -> list[dict[str, Any]]:
+        """Every concept with its surface forms (entity resolution): ``{key, label, kind,
+        aliases, chunks}``; ``merged_only``: those written more than one way."""
+        rows = self.store.concept_aliases()
+        return [
+            {"key": key, "label": label, "kind": kind, "aliases": aliases, "chunks": n}
+            for key, label, kind, aliases, n in rows
+            if not merged_only or len(aliases) > 1
+        ]
+
+    # -- agent memory -----------------------------------------------------------------------
+
+    def remember(
+        self,
+        text: str,
+        *,
+        session: str | None = None,
+        timestamp: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        relations: Any = (),
+        stamp: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Store a memory (a small document with ``kind: memory``, a session and a time) and
+        return its id. ``relations``: ``(relation, target)`` pairs to other memories or
+        documents, or ``concept:NAME``; they become typed graph edges. See :mod:`clew.memory`."""
+        from clew.memory import remember
+
+        return remember(
+            self,
+            text,
+            session=session,
+            timestamp=timestamp,
+            metadata=metadata,
+            relations=relations,
+            stamp=stamp,
+        )
+
+    def recall(
+        self,
+        query: str,
+        *,
+        session: str | None = None,
+        since: Any = None,
+        until: Any = None,
+        as_of: Any = None,
+        k: int | None = None,
+        filter: Any = None,
+        scope: Any = None,
+        caller: str | None = None,
+        config: EngineConfig | None = None,
+    ) -> SearchResult:
+        """Search memories only: of one ``session``, created in ``[since, until)``, and, with
+        ``as_of``, only what was known at that time (later memories are invisible and recency is
+        measured from it). Times are ISO 8601 strings, datetimes or epoch seconds. Recency
+        weighting (``recency.memories``, on by default) shows as its own contribution."""
+        bounds: dict[str, float] = {}
+        times = {"since": since, "until": until, "as_of": as_of}
+        parsed = {name: _epoch(value, name) for name, value in times.items()}
+        if parsed["since"] is not None:
+            bounds["gte"] = parsed["since"]
+        if parsed["until"] is not None:
+            bounds["lt"] = parsed["until"]
+        if parsed["as_of"] is not None:
+            bounds["lte"] = parsed["as_of"]
+        if (
+            "gte" in bounds
+            and min(bounds.get("lt", math.inf), bounds.get("lte", math.inf)) < (bounds["gte"])
+        ):
+            raise QueryError(f"since={since!r} is after until/as_of; the window is empty")
+        if session is not None and (not isinstance(session, str) or not session.strip()):
+            raise QueryError(f"session={session!r} is invalid; allowed: a non-empty string")
+        # memory conditions join the scope (not strict: an index without memories is empty)
+        parts: list[Any] = [{"kind": MEMORY_KIND}]
+        if session is not None:
+            parts.append({"session": session})
+        if bounds:
+            parts.append({"created_at": bounds})
+        if parse_filter(scope) is not None:
+            parts.insert(0, scope)
+        return self.search(
+            query,
+            k=k,
+            filter=filter,
+            config=config,
+            scope={"and": parts},
+            caller=caller,
+            as_of=parsed["as_of"],
+        )
+
+    def forget(self, memory_id: str) -> int:
+        """Delete a memory from every leg, graph edge, cache and trace replay; returns the new
+        release. Only memories: a corpus document is removed with :meth:`delete`."""
+        from clew.memory import forget
+
+        found = self.store.document(memory_id) if isinstance(memory_id, str) else None
+        if found is None:
+            raise StoreError(f"no memory with id {memory_id!r} in the index")
+        if found[0]["metadata"].get("kind") != MEMORY_KIND:
+            raise QueryError(
+                f"{memory_id!r} is a document, not a memory; remove documents with delete"
+            )
+        return forget(self, memory_id)
+
     def _visible(self, ordinals: Sequence[int], metadata: Mapping[str, Any], scope: Any) -> bool:
         node = parse_filter(scope)
         if node is None:
             return True
         if not ordinals:  # an empty document has no chunk to mask: judge its metadata alone
-            cols = MetadataColumns.build(1, [([0], metadata)])
-            return bool(cols.mask(node, strict=False)[0])
+            return matches(metadata, to_json(node))
         with self._reading() as snap:
             allowed = snap.allowed(None, json.dumps(to_json(node), sort_keys=True))
             return all(o < len(allowed) and bool(allowed[o]) for o in ordinals)
@@ -1148,3 +1444,72 @@ def _hit(
 
 def _ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000.0, 3)
+
+
+def _recency(
+    fused: list[Fused],
+    snap: _Snapshot,
+    rc: RecencyConfig,
+    reference: float,
+    rrf_k: int,
+) -> list[Fused]:
+    """Recency weighting after fusion, as its own additive part on the RRF scale: a hit
+    created ``age`` days before ``reference`` gains ``weight * 0.5 ** (age / half_life) /
+    (rrf_k + 1)`` (a brand-new hit: ``weight`` times a rank-1 leg's part; an old one almost
+    nothing, so age never buries an exact match). Memories, and documents when configured;
+    hits without ``created_at`` are left alone. Each boosted hit gets a ``recency``
+    contribution: its new rank, its age in days as the raw score, and the part it gained."""
+    created = snap.columns().numeric("created_at")
+    if created is None:
+        return fused
+    memory = snap.memory_mask() if rc.memories else None
+    out: list[Fused] = []
+    gained: dict[int, tuple[float, float]] = {}
+    for f in fused:
+        o = f.ordinal
+        is_memory = memory is not None and o < len(memory) and bool(memory[o])
+        when = float(created[o]) if o < len(created) else math.nan
+        if math.isnan(when) or not (rc.documents or is_memory):
+            out.append(f)
+            continue
+        age = max(0.0, (reference - when) / 86_400.0)
+        part = rc.weight * 0.5 ** (age / rc.half_life_days) / (rrf_k + 1)
+        gained[o] = (round(age, 3), part)
+        out.append(replace(f, score=f.score + part))
+    if not gained:
+        return fused
+    position = {f.ordinal: i for i, f in enumerate(fused)}
+    out.sort(key=lambda f: (-f.score, position[f.ordinal]))
+    return [
+        replace(
+            f,
+            contributions=(
+                *f.contributions,
+                Contribution(RECENCY, rank, gained[f.ordinal][0], gained[f.ordinal][1]),
+            ),
+        )
+        if f.ordinal in gained
+        else f
+        for rank, f in enumerate(out, start=1)
+    ]
+
+
+def _epoch(value: Any, name: str) -> float | None:
+    """A time argument as epoch seconds: ISO 8601 text, a datetime (naive = UTC) or a number."""
+    import datetime as dt
+
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        when = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+        return when.timestamp()
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    if isinstance(value, str):
+        parsed = parse_time(value)
+        if parsed is not None:
+            return parsed
+    raise QueryError(
+        f"{name}={value!r} is not a time; allowed: ISO 8601 (e.g. 2026-03-01 or "
+        "2026-03-01T12:00:00Z), a datetime or epoch seconds"
+    )

@@ -191,6 +191,18 @@ class _Walker:
         sums = np.minimum(np.add.reduceat(s, starts), 1.0) * self.config.mention_weight
         return t[starts], sums, np.full(len(starts), _MENTIONS, dtype=np.int8), v[starts]
 
+    def edge_name(self, code: int, source: int, via_doc: str) -> str:
+        """``LINKS_TO`` / ``LINKED_FROM``, or the typed relation of the link (``CAUSED_BY``;
+        walked backwards: ``CAUSED_BY (reverse)``)."""
+        if code in (_LINKS_TO, _LINKED_FROM):
+            src_doc = self.g.chunk_doc.get(source)
+            if src_doc is not None:
+                a, b = (src_doc, via_doc) if code == _LINKS_TO else (via_doc, src_doc)
+                relation = self.g.link_types.get(a, {}).get(b)
+                if relation:
+                    return relation.upper() + ("" if code == _LINKS_TO else " (reverse)")
+        return _EDGES[code]
+
     def via_label(self, code: int, via: int) -> str:
         if code == _MENTIONS:
             return self.g.keys[via]
@@ -264,9 +276,8 @@ def expand(
         for h in range(hop, -1, -1):
             _, source, edge, via = layers[h]
             code, src = int(edge[node]), int(source[node])
-            steps.append(
-                PathStep(_EDGES[code], walker.via_label(code, int(via[node])), chunk_id(node))
-            )
+            label = walker.via_label(code, int(via[node]))
+            steps.append(PathStep(walker.edge_name(code, src, label), label, chunk_id(node)))
             node = src
         steps.reverse()
         reach = float(best[o])

@@ -38,16 +38,21 @@ from clew.errors import (
     StoreError,
 )
 from clew.eval.gate import check_gates, load_gates
+from clew.filters import matches
 from clew.retrieve.engine import Engine
 from clew.serve.auth import ANONYMOUS, KeyStore, Principal
 from clew.serve.dto import (
     AskRequest,
     DeleteResponse,
     DocumentsRequest,
+    Forgotten,
     GateResponse,
     HealthResponse,
     JobAccepted,
     JobStatus,
+    MemoryCreated,
+    MemoryIn,
+    RecallRequest,
     SearchRequest,
     SimilarResponse,
 )
@@ -184,7 +189,8 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
     config = EngineConfig.from_yaml(settings.config) if settings.config else EngineConfig()
     owns = engine is None
     if engine is None:
-        engine = Engine(settings.index, config)
+        # jobs are the one writer here; another process writing the index may hold it a while
+        engine = Engine(settings.index, config, write_timeout=settings.request_timeout_s)
     keys = None if settings.no_auth or settings.keys is None else KeyStore.load(settings.keys)
     metrics = Metrics()
     state = ServiceState(
@@ -313,6 +319,19 @@ def _admin(caller: Annotated[Principal, Depends(_principal)]) -> Principal:
     if not caller.admin:
         raise HTTPException(403, f"key {caller.name!r} may not write; writes need an admin key")
     return caller
+
+
+def _may_write_memories(caller: Principal) -> dict[str, Any]:
+    """Memory writes: admin keys, or keys whose scope has equality fields to stamp on what they
+    write (so they find it again); returns that stamp."""
+    stamp = {} if caller.admin else caller.stamp()
+    if not caller.admin and not stamp:
+        raise HTTPException(
+            403,
+            f"key {caller.name!r} may not write memories: it needs admin rights or a scope with "
+            'equality fields (e.g. {"tenant": "acme"}) that make its memories its own',
+        )
+    return stamp
 
 
 Caller = Annotated[Principal, Depends(_principal)]
@@ -457,6 +476,86 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
             status_url=str(request.url_for("job", job_id=job.job_id)),
             total=len(docs),
         )
+
+    @app.post(
+        "/memories",
+        tags=["memory"],
+        status_code=201,
+        response_model=MemoryCreated,
+        summary="Remember: store a memory (session, time, metadata, typed relations)",
+    )
+    async def remember(body: MemoryIn, caller: Caller) -> Any:
+        stamp = _may_write_memories(caller)
+        scope = caller.scope
+
+        def write() -> str:
+            from clew.memory import memory_document
+
+            relations = [(r.type, r.target) for r in body.relations]
+            if not caller.admin:  # a scoped writer: the memory must be visible to it
+                doc = memory_document(
+                    body.text,
+                    session=body.session,
+                    timestamp=body.time,
+                    metadata=body.metadata,
+                    stamp=stamp,
+                    relations=relations,
+                )
+                if not matches(doc.metadata, scope):
+                    raise HTTPException(
+                        403, f"key {caller.name!r} may not store this memory: its scope hides it"
+                    )
+                for _, target in relations:
+                    if (
+                        not target.startswith("concept:")
+                        and engine.document(target, scope=scope) is None
+                    ):
+                        raise HTTPException(404, f"no document {target!r}")
+            return engine.remember(
+                body.text,
+                session=body.session,
+                timestamp=body.time,
+                metadata=body.metadata,
+                relations=relations,
+                stamp=stamp,
+            )
+
+        memory_id = await state.call(write)
+        log.info("memory %s stored by %s", memory_id, caller.name)
+        return {"id": memory_id}
+
+    @app.post("/recall", tags=["memory"], summary="Search memories (session, window, as of)")
+    async def recall(body: RecallRequest, caller: Caller) -> dict[str, Any]:
+        check_limits(body.query, "query", body.k)
+        result: dict[str, Any] = await state.call(
+            lambda: engine.recall(
+                body.query,
+                session=body.session,
+                since=body.since,
+                until=body.until,
+                as_of=body.as_of,
+                k=body.k,
+                filter=body.filter,
+                scope=caller.scope,
+                caller=caller.name,
+            ).to_dict()
+        )
+        state.metrics.observe_result("recall", result)
+        return result
+
+    @app.delete("/memories/{memory_id:path}", tags=["memory"], response_model=Forgotten)
+    async def forget(memory_id: str, caller: Caller) -> Any:
+        _may_write_memories(caller)
+
+        def delete() -> int:
+            doc = engine.document(memory_id, scope=caller.scope)
+            if doc is None or doc.metadata.get("kind") != "memory":
+                raise HTTPException(404, f"no memory {memory_id!r}")
+            return engine.forget(memory_id)
+
+        release = await state.call(delete)
+        log.info("memory %s forgotten by %s", memory_id, caller.name)
+        return {"forgotten": memory_id, "release": release}
 
     @app.get("/jobs/{job_id}", name="job", tags=["documents"], response_model=JobStatus)
     async def job(job_id: str, caller: Admin) -> Any:

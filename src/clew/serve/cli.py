@@ -70,7 +70,9 @@ def _serve(args: argparse.Namespace) -> int:
         from clew.config import EngineConfig
 
         config = EngineConfig.from_yaml(settings.config) if settings.config else None
-        engine = Engine(settings.index, config, create=True)
+        engine = Engine(
+            settings.index, config, create=True, write_timeout=settings.request_timeout_s
+        )
     app = create_app(settings, engine)
     print(
         f"clew serve: index {settings.index} on http://{settings.host}:{settings.port} "

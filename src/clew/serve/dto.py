@@ -4,6 +4,8 @@ turn these into engine calls and engine results (dataclasses) into the same JSON
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -40,8 +42,13 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _check_filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Bound a filter's size before the engine parses it (its own errors name bad fields)."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_filter(value: dict[str, Any] | None, what: str = "filter") -> dict[str, Any] | None:
+    """Bound a filter's size before the engine parses it (its own errors name bad fields), and
+    refuse what no response could carry back: NaN or infinite numbers (JSON has none) and
+    unpaired surrogates (``"\\ud800"``, which no UTF-8 encoder accepts)."""
     if value is None:
         return None
     nodes = 0
@@ -50,18 +57,34 @@ def _check_filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
         item, depth = stack.pop()
         nodes += 1
         if depth > MAX_FILTER_DEPTH:
-            raise ValueError(f"filter is nested deeper than {MAX_FILTER_DEPTH} levels")
+            raise ValueError(f"{what} is nested deeper than {MAX_FILTER_DEPTH} levels")
         if nodes > MAX_FILTER_NODES:
-            raise ValueError(f"filter has more than {MAX_FILTER_NODES} values")
+            raise ValueError(f"{what} has more than {MAX_FILTER_NODES} values")
         if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
+            for k, v in item.items():
+                _check_text(k, what)
+                stack.append((v, depth + 1))
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{what} holds {item!r}; allowed: finite numbers")
+        elif isinstance(item, str):
+            _check_text(item, what)
     return value
 
 
+def _check_text(text: str, what: str) -> None:
+    bad = _SURROGATE.search(text)
+    if bad is not None:
+        raise ValueError(
+            f"{what} holds an unpaired surrogate {bad.group(0)!r}; allowed: valid Unicode text"
+        )
+
+
 class _Query(_Body):
-    k: int | None = Field(None, ge=1, le=MAX_K, description="number of hits (default 10)")
+    k: int | None = Field(
+        None, ge=1, le=MAX_K, strict=True, description="number of hits (default 10)"
+    )
     filter: dict[str, Any] | None = Field(
         None,
         description='access filter, e.g. {"audience": "public"}; AND-ed with the key\'s scope',
@@ -85,6 +108,44 @@ class AskRequest(_Query):
     mode: Mode | None = Field(None, description="extractive (default) or generative")
 
 
+class RelationIn(_Body):
+    type: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$", examples=["caused_by"])
+    target: str = Field(
+        min_length=1, max_length=600, description="memory/document id, or concept:NAME"
+    )
+
+
+class MemoryIn(_Body):
+    text: str = Field(min_length=1, max_length=100_000)
+    session: str | None = Field(None, min_length=1, max_length=512)
+    time: str | None = Field(None, description="ISO 8601; default now", examples=["2026-03-01"])
+    metadata: dict[str, Any] | None = None
+    relations: list[RelationIn] = Field(default_factory=list, max_length=100)
+
+    _meta = field_validator("metadata")(_check_filter)
+
+
+class RecallRequest(_Body):
+    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    session: str | None = Field(None, min_length=1, max_length=512)
+    since: str | None = Field(None, description="created at or after (ISO 8601)")
+    until: str | None = Field(None, description="created before (ISO 8601)")
+    as_of: str | None = Field(None, description="only what was known then (ISO 8601)")
+    k: int | None = Field(None, ge=1, le=MAX_K)
+    filter: dict[str, Any] | None = None
+
+    _filter = field_validator("filter")(_check_filter)
+
+
+class MemoryCreated(BaseModel):
+    id: str
+
+
+class Forgotten(BaseModel):
+    forgotten: str
+    release: int
+
+
 class DocumentIn(_Body):
     id: str = Field(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f\x7f]+$")
     text: str = Field(min_length=1, description="the document's text (markdown or plain)")
@@ -102,7 +163,7 @@ class DocumentIn(_Body):
     @field_validator("metadata")
     @classmethod
     def _metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
-        _check_filter(value)  # the same depth and size bounds
+        _check_filter(value, "metadata")  # the same depth, size and value bounds
         return value
 
 

@@ -35,7 +35,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from clew.errors import ClewError, StoreError
-from clew.filters import MetadataColumns, parse_filter
+from clew.filters import matches
+from clew.links import split_link
 from clew.memory import MAX_MEMORY_CHARS, MEMORY_KIND, memory_document
 from clew.memory import forget as forget_memory
 from clew.serve.auth import ANONYMOUS, KeyStore, Principal
@@ -70,11 +71,7 @@ FILTER_HELP = (
 def visible(metadata: dict[str, Any], scope: Any) -> bool:
     """Whether a document with this metadata passes ``scope`` (None = everything), with the
     engine's own semantics (a scope field the document lacks matches nothing)."""
-    node = parse_filter(scope)
-    if node is None:
-        return True
-    columns = MetadataColumns.build(1, [([0], metadata)])
-    return bool(columns.mask(node, strict=False)[0])
+    return matches(metadata, scope)
 
 
 def _check_may_write(principal: Principal, verb: str) -> None:
@@ -186,23 +183,86 @@ def build_server(engine: Engine, principal: Principal) -> MCPServer[Any]:
                 description="Extra JSON fields to filter on later (not kind, session, created_at)"
             ),
         ] = None,
+        relations: Annotated[
+            list[dict[str, str]] | None,
+            Field(
+                description="Typed edges to other memories/documents by id or to concepts, e.g. "
+                '[{"type": "caused_by", "target": "mem-1a2b"}, '
+                '{"type": "related_to", "target": "concept:pgbouncer"}]',
+                max_length=100,
+            ),
+        ] = None,
     ) -> dict[str, str]:
         _check_may_write(principal, "store")
         stamp = principal.stamp()
 
         def write() -> str:
             doc = memory_document(
-                text, session=session, timestamp=time, metadata=metadata, stamp=stamp
+                text,
+                session=session,
+                timestamp=time,
+                metadata=metadata,
+                stamp=stamp,
+                relations=relations or (),
             )
-            if not principal.admin and not visible(doc.metadata, scope):
-                raise ToolError(
-                    f"key {principal.name!r} may not store this memory: its scope would hide it "
-                    "(check the metadata against the key's scope)"
-                )
-            engine.ingest([doc])
-            return doc.doc_id
+            if not principal.admin:
+                if not visible(doc.metadata, scope):
+                    raise ToolError(
+                        f"key {principal.name!r} may not store this memory: its scope would "
+                        "hide it (check the metadata against the key's scope)"
+                    )
+                for raw in doc.links:  # relations only to what this key can see
+                    _, target = split_link(raw)
+                    if not target.startswith("concept:") and (
+                        engine.document(target, scope=scope) is None
+                    ):
+                        raise ToolError(f"relation target {target!r} is not in the index")
+            return engine.remember(
+                text,
+                session=session,
+                timestamp=time,
+                metadata=metadata,
+                stamp=stamp,
+                relations=relations or (),
+            )
 
         return {"id": await _call(write)}
+
+    @server.tool(
+        name="recall",
+        title="Search memories",
+        description=(
+            "Search stored memories only: optionally of one session, within a time window "
+            "(since/until), or as of a past moment (later memories are invisible). Newer "
+            "memories weigh more (a recency contribution shown per hit)."
+        ),
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+    async def recall(
+        query: Annotated[str, Field(min_length=1, description="What to remember")],
+        session: Annotated[str | None, Field(min_length=1, description="Only this session")] = (
+            None
+        ),
+        since: Annotated[str | None, Field(description="Created at or after, ISO 8601")] = None,
+        until: Annotated[str | None, Field(description="Created before, ISO 8601")] = None,
+        as_of: Annotated[
+            str | None, Field(description="Only what was known at this time, ISO 8601")
+        ] = None,
+        k: Annotated[int, Field(ge=1, le=MAX_K, description="How many memories")] = 10,
+    ) -> dict[str, Any]:
+        result = await _call(
+            lambda: engine.recall(
+                query,
+                session=session,
+                since=since,
+                until=until,
+                as_of=as_of,
+                k=k,
+                scope=scope,
+                caller=principal.name,
+            )
+        )
+        return result.to_dict()
 
     @server.tool(
         name="forget",

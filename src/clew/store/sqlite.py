@@ -2,26 +2,37 @@
 
 Documents, chunks (text, hash, tokens, vector), concepts, mentions, links, a change log and a
 monotonically increasing release. A write batch is one ``BEGIN IMMEDIATE`` transaction: a crash
-or an error mid-batch leaves the previous release intact. Chunk ordinals (``INTEGER PRIMARY KEY
-AUTOINCREMENT``) are never reused, so derived indexes catch up by reading ordinals above the last
-one they saw, and learn deletions from the set of live ordinals.
+or an error mid-batch (disk full included) leaves the previous release intact, and a failed
+write is a :class:`StoreError` naming the index and the cause. Chunk ordinals (``INTEGER PRIMARY
+KEY AUTOINCREMENT``) are never reused, so derived indexes catch up by reading ordinals above the
+last one they saw, and learn deletions from the set of live ordinals; :meth:`SQLiteStore.reading`
+makes such a catch-up read one consistent release however many writes commit meanwhile.
+
+An index whose directory (or database file) cannot be written opens read-only: searches work,
+writes raise :class:`StoreError` saying why. ``read_only=True`` asks for that explicitly.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 import numpy.typing as npt
 
 from clew.errors import IndexNotFoundError, StoreError
 from clew.protocols import ChunkRow, DocumentRecord, GraphRows, Matrix
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
 DB_NAME = "clew.sqlite"
@@ -67,6 +78,11 @@ CREATE TABLE IF NOT EXISTS mentions (
     PRIMARY KEY (ordinal, concept_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS mentions_concept ON mentions(concept_id);
+CREATE TABLE IF NOT EXISTS concept_aliases (
+    concept_id INTEGER NOT NULL REFERENCES concepts(concept_id) ON DELETE CASCADE,
+    surface TEXT NOT NULL,
+    PRIMARY KEY (concept_id, surface)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS links (
     doc_id TEXT NOT NULL REFERENCES documents(doc_id) ON DELETE CASCADE,
     target TEXT NOT NULL,
@@ -87,10 +103,16 @@ CREATE TABLE IF NOT EXISTS releases (
 """
 
 
+_KIND_RANK = {"phrase": 0, "entity": 1, "identifier": 2}
+"""A concept's kind only ever moves up this order (identifier wins)."""
+
+
 class SQLiteStore:
     """SQLite system of record. Safe to share between threads (one connection per thread)."""
 
-    def __init__(self, directory: str | Path, *, create: bool = False) -> None:
+    def __init__(
+        self, directory: str | Path, *, create: bool = False, read_only: bool = False
+    ) -> None:
         self.directory = Path(directory)
         self.path = self.directory / DB_NAME
         if not self.path.exists():
@@ -99,18 +121,38 @@ class SQLiteStore:
                     f"no clew index at {str(self.directory)!r}; create one with "
                     f"'clew ingest PATH --index {self.directory}'"
                 )
+            if read_only:
+                raise StoreError(
+                    f"cannot create an index at {str(self.directory)!r} read-only; "
+                    "open it without read_only to create it"
+                )
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(
-                    f"cannot create index directory {str(directory)!r}: {exc}"
+                    f"cannot create index directory {str(directory)!r}: {exc.strerror or exc}"
                 ) from exc
+            reason = _not_writable(self.directory, self.path)
+            if reason is not None:
+                raise StoreError(f"cannot create an index in {str(self.directory)!r}: {reason}")
+        self.read_only_reason: str | None = (
+            "opened read-only" if read_only else _not_writable(self.directory, self.path)
+        )
+        """Why writes are refused (None: the index is writable)."""
         self._local = threading.local()
         conn = self._conn()
-        try:
-            conn.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{str(self.path)!r} is not a clew index: {exc}") from exc
+        if self.read_only_reason is not None:
+            try:
+                known = self.get_meta("schema_version") is not None
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(f"{str(self.path)!r} is not a clew index: {exc}") from exc
+            if not known:
+                raise StoreError(f"{str(self.path)!r} is not a clew index (no schema version)")
+        else:
+            try:
+                conn.executescript(_SCHEMA)
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(f"{str(self.path)!r} is not a clew index: {exc}") from exc
         version = self.get_meta("schema_version")
         if version is None:
             self.set_meta({"schema_version": SCHEMA_VERSION, "release": "0"})
@@ -119,20 +161,63 @@ class SQLiteStore:
                 f"index schema version {version!r} is not supported; allowed: {SCHEMA_VERSION!r}"
             )
 
+    @property
+    def read_only(self) -> bool:
+        return self.read_only_reason is not None
+
+    def check_writable(self) -> None:
+        """Raise :class:`StoreError` unless this store may be written."""
+        if self.read_only_reason is not None:
+            raise StoreError(
+                f"index at {str(self.directory)!r} is read-only ({self.read_only_reason}); "
+                "nothing was written"
+            )
+
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             try:
-                conn = sqlite3.connect(
-                    self.path, timeout=10.0, isolation_level=None, check_same_thread=False
-                )
+                if self.read_only_reason is None:
+                    conn = sqlite3.connect(
+                        self.path, timeout=10.0, isolation_level=None, check_same_thread=False
+                    )
+                    try:
+                        conn.execute("PRAGMA journal_mode=WAL")
+                        conn.execute("PRAGMA synchronous=NORMAL")
+                    except sqlite3.Error:
+                        conn.close()
+                        raise
+                else:
+                    conn = self._connect_read_only()
+                conn.execute("PRAGMA foreign_keys=ON")
             except sqlite3.Error as exc:
-                raise StoreError(f"cannot open {str(self.path)!r}: {exc}") from exc
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
+                raise _store_error(self.directory, exc, "cannot open") from exc
             self._local.conn = conn
         return conn
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """``mode=ro``; where SQLite cannot create the WAL index (``-shm``) in a read-only
+        directory, ``immutable=1`` — safe only when no committed change waits in ``-wal``."""
+        uri = "file:" + quote(str(self.path.resolve()))
+        conn = sqlite3.connect(
+            uri + "?mode=ro", uri=True, timeout=10.0, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            return conn
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            wal = self.path.with_name(self.path.name + "-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                raise StoreError(
+                    f"cannot open the index at {str(self.directory)!r} read-only: {wal.name!r} "
+                    "holds changes its last writer did not checkpoint (it did not close "
+                    f"cleanly) and the directory is {self.read_only_reason}; open it once with "
+                    f"write access ({exc})"
+                ) from exc
+        return sqlite3.connect(
+            uri + "?mode=ro&immutable=1", uri=True, isolation_level=None, check_same_thread=False
+        )
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -147,8 +232,9 @@ class SQLiteStore:
         return None if row is None else str(row[0])
 
     def set_meta(self, values: Mapping[str, str]) -> None:
+        self.check_writable()
         conn = self._conn()
-        with _transaction(conn):
+        with _transaction(conn, self.directory):
             conn.executemany(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", list(values.items())
             )
@@ -171,8 +257,9 @@ class SQLiteStore:
 
     def write(self, records: Sequence[DocumentRecord]) -> int:
         """Insert or replace documents with their chunks, vectors and mentions; new release."""
+        self.check_writable()
         conn = self._conn()
-        with _transaction(conn):
+        with _transaction(conn, self.directory):
             release = self.release() + 1
             removed = 0
             added = 0
@@ -233,6 +320,11 @@ class SQLiteStore:
                             )
                             concept_ids[m.concept.key] = cid
                         rows.append((ordinal, cid, m.count))
+                        conn.executemany(
+                            "INSERT OR IGNORE INTO concept_aliases(concept_id, surface) "
+                            "VALUES (?, ?)",
+                            [(cid, a) for a in (m.concept.label, *m.concept.aliases) if a],
+                        )
                     conn.executemany(
                         "INSERT INTO mentions(ordinal, concept_id, count) VALUES (?, ?, ?)", rows
                     )
@@ -242,8 +334,11 @@ class SQLiteStore:
 
     @staticmethod
     def _concept_id(conn: sqlite3.Connection, key: str, label: str, kind: str) -> int:
-        row = conn.execute("SELECT concept_id FROM concepts WHERE key = ?", (key,)).fetchone()
+        row = conn.execute("SELECT concept_id, kind FROM concepts WHERE key = ?", (key,)).fetchone()
         if row is not None:
+            if _KIND_RANK.get(kind, 0) > _KIND_RANK.get(str(row[1]), 0):
+                # seen as a phrase first, now as an identifier: it is a name
+                conn.execute("UPDATE concepts SET kind = ? WHERE concept_id = ?", (kind, row[0]))
             return int(row[0])
         cur = conn.execute(
             "INSERT INTO concepts(key, label, kind) VALUES (?, ?, ?)", (key, label, kind)
@@ -252,8 +347,9 @@ class SQLiteStore:
 
     def delete(self, doc_ids: Sequence[str]) -> int:
         """Remove documents from the store (and so from every derived index); new release."""
+        self.check_writable()
         conn = self._conn()
-        with _transaction(conn):
+        with _transaction(conn, self.directory):
             release = self.release() + 1
             removed = sum(self._delete_doc(conn, d, release) for d in doc_ids)
             self._bump(conn, release, 0, removed)
@@ -302,6 +398,60 @@ class SQLiteStore:
         )
 
     # -- reads ------------------------------------------------------------------------------
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """One read transaction on this thread's connection: every read inside sees the same
+        committed release, whatever other connections commit meanwhile. Re-entrant."""
+        conn = self._conn()
+        if conn.in_transaction:
+            yield
+            return
+        conn.execute("BEGIN")
+        try:
+            conn.execute("SELECT value FROM meta WHERE key = 'release'").fetchall()  # pin it now
+            yield
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")  # read-only: nothing to write, ends the snapshot
+
+    def concept_kinds(self, keys: Sequence[str]) -> dict[str, str]:
+        """Kind of each stored concept among ``keys`` (missing keys are left out)."""
+        out: dict[str, str] = {}
+        conn = self._conn()
+        for part in _batches(sorted(set(keys)), 500):
+            marks = ",".join("?" * len(part))
+            for key, kind in conn.execute(
+                f"SELECT key, kind FROM concepts WHERE key IN ({marks})", part
+            ):
+                out[str(key)] = str(kind)
+        return out
+
+    def concept_aliases(self) -> list[tuple[str, str, str, list[str], int]]:
+        """(key, label, kind, surface forms, chunks mentioning it) of every concept."""
+        conn = self._conn()
+        surfaces: dict[int, list[str]] = {}
+        for cid, surface in conn.execute(
+            "SELECT concept_id, surface FROM concept_aliases ORDER BY concept_id, surface"
+        ):
+            surfaces.setdefault(int(cid), []).append(str(surface))
+        rows = conn.execute(
+            "SELECT c.concept_id, c.key, c.label, c.kind, COUNT(m.ordinal) FROM concepts c "
+            "LEFT JOIN mentions m USING (concept_id) GROUP BY c.concept_id ORDER BY c.key"
+        ).fetchall()
+        return [
+            (str(key), str(label), str(kind), surfaces.get(int(cid), [str(label)]), int(n))
+            for cid, key, label, kind, n in rows
+        ]
+
+    def has_source(self, source: str) -> bool:
+        """Whether any document has this ``source`` (e.g. ``memory``)."""
+        row = (
+            self._conn()
+            .execute("SELECT 1 FROM documents WHERE source = ? LIMIT 1", (source,))
+            .fetchone()
+        )
+        return row is not None
 
     def has_document(self, doc_id: str) -> bool:
         return (
@@ -425,24 +575,89 @@ class SQLiteStore:
 
 
 class _transaction:
-    """``BEGIN IMMEDIATE`` … ``COMMIT``, or ``ROLLBACK`` on any exception."""
+    """``BEGIN IMMEDIATE`` … ``COMMIT``, or ``ROLLBACK`` on any exception.
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    A failure of SQLite itself (disk full, I/O error, read-only file, busy) becomes a
+    :class:`StoreError` naming the index directory and the cause; nothing of the batch remains.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, directory: Path) -> None:
         self.conn = conn
+        self.directory = directory
 
     def __enter__(self) -> None:
         try:
             self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise StoreError(
-                f"the index is locked by another writer ({exc}); retry when it has finished"
-            ) from exc
+        except sqlite3.Error as exc:
+            raise _store_error(self.directory, exc, "cannot start a write on") from exc
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
-            self.conn.execute("COMMIT")
-        else:
-            self.conn.execute("ROLLBACK")
+            try:
+                self.conn.execute("COMMIT")
+                return
+            except sqlite3.Error as commit_exc:
+                self._rollback()
+                raise _store_error(self.directory, commit_exc, "cannot commit to") from commit_exc
+        self._rollback()
+        if isinstance(exc, sqlite3.Error):
+            raise _store_error(self.directory, exc, "cannot write to") from exc
+
+    def _rollback(self) -> None:
+        # SQLite rolls back by itself after some errors (SQLITE_FULL): then there is nothing
+        # left to roll back, and trying would hide the real error
+        if self.conn.in_transaction:
+            try:
+                self.conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                log.warning("rollback failed on %s", self.directory, exc_info=True)
+
+
+def _store_error(directory: Path, exc: sqlite3.Error, what: str) -> StoreError:
+    """A :class:`StoreError` for a failed SQLite call, with the cause in plain words."""
+    name = str(getattr(exc, "sqlite_errorname", "") or "")
+    if name == "SQLITE_FULL":
+        cause = "the disk is full"
+        advice = "nothing of this write was kept; free space and retry"
+    elif name.startswith("SQLITE_READONLY"):
+        cause = "the index files are read-only"
+        advice = "nothing of this write was kept"
+    elif name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        cause = "it is locked by another writer"
+        advice = "retry when it has finished"
+    elif name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+        cause = "the database file is damaged or not a clew index"
+        advice = "restore it or re-ingest into a new index"
+    elif name.startswith(("SQLITE_IOERR", "SQLITE_CANTOPEN", "SQLITE_PERM")):
+        cause = "the disk or file system refused the operation"
+        advice = "check the directory's space and permissions"
+    else:
+        cause = "SQLite failed"
+        advice = "nothing of this write was kept"
+    return StoreError(f"{what} the index at {str(directory)!r}: {cause} ({exc}); {advice}")
+
+
+def _not_writable(directory: Path, db: Path) -> str | None:
+    """Why the index cannot be written by this process (None when it can)."""
+    targets = [directory] + [
+        p
+        for p in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm"))
+        if p.exists()
+    ]
+    for target in targets:
+        if not os.access(target, os.W_OK):
+            try:
+                read_only_fs = bool(os.statvfs(target).f_flag & os.ST_RDONLY)
+            except (OSError, AttributeError):
+                read_only_fs = False
+            kind = "directory" if target == directory else "file"
+            why = (
+                "read-only file system"
+                if read_only_fs
+                else f"no write permission for uid {os.geteuid()}"
+            )
+            return f"{kind} {str(target)!r} is not writable: {why}"
+    return None
 
 
 def _batches(items: list[Any], size: int) -> Iterator[list[Any]]:
