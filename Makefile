@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml requirements.lock
 	$(BIN)/python -m pip install -q --upgrade pip==26.3
 	# torch first, pinned to the CPU build (a plain requirement would pull a CUDA build)
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev,torch,bench,serve]'
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev,torch,bench,serve,postgres,ray]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,0 +1,265 @@
+"""The lexical and dense legs in PostgreSQL: BM25 through pg_search, HNSW through pgvector.
+
+Both take the access filter as a compiled predicate over ``chunks AS c``
+(:func:`clew.filters_sql.compile_filter`) and apply it inside the query, before the top-k, so a
+hidden chunk never enters a candidate list, like the embedded legs' masks.
+
+BM25 parameters. pg_search 0.21 scores with tantivy's fixed ``k1 = 1.2, b = 0.75`` and
+one-byte quantized field lengths; its index options accept no ``k1``/``b`` (unknown keys are
+silently ignored; per-field ``k1``/``b`` arrived in pg_search 0.23). So :class:`PgLexical` has
+two scorings:
+
+- ``"exact"`` (default): pg_search finds the chunks holding a query term (``@@@`` term set, the
+  filter in the same query), and the BM25 of the embedded index (any ``k1``/``b``, exact lengths,
+  query term weights) is computed in SQL from the tokens of those chunks; document frequencies
+  come from pg_search counts, the corpus size and mean length from :meth:`PgLexical.corpus_stats`
+  (pass them in, cached per release, to save a scan of ``chunks`` per query). Same scores as
+  :class:`clew.index.lexical.BM25Index` up to float rounding. Cost grows with the number of
+  allowed chunks that hold any query term.
+- ``"native"``: ``paradedb.score`` with per-term boosts, tantivy's top-k (block-max WAND). Fast,
+  but ``k1``/``b`` are tantivy's, not the engine's (``bench/pg_legs.py`` measures the overlap).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import psycopg
+from psycopg import sql
+
+from clew.types import LegHit
+
+Connect = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
+Scoring = Literal["exact", "native"]
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusStats:
+    """BM25's corpus statistics: how many chunks, and their total length in tokens."""
+
+    n_docs: int
+    total_len: float
+
+    @property
+    def avgdl(self) -> float:
+        return self.total_len / max(self.n_docs, 1)
+
+
+_TERMS = sql.SQL("(SELECT array_agg(paradedb.term('tokens', t)) FROM unnest({}::text[]) AS u(t))")
+
+_EXACT = """
+WITH q AS (SELECT * FROM unnest({terms}::text[], {iw}::float8[]) AS q(term, iw)),
+cand AS MATERIALIZED (
+    SELECT c.ordinal, string_to_array(c.tokens, ' ') AS toks
+    FROM chunks AS c
+    WHERE c.tokens @@@ paradedb.term_set(terms => {match}) AND ({where})
+)
+SELECT cand.ordinal,
+       sum(q.iw * m.tf * ({k1} + 1.0)
+           / (m.tf + {k1} * (1.0 - {b} + {b} * cardinality(cand.toks) / {avgdl}))) AS score
+FROM cand
+CROSS JOIN LATERAL (
+    SELECT x.term, count(*)::float8 AS tf FROM unnest(cand.toks) AS x(term)
+    WHERE x.term = ANY({terms}::text[]) GROUP BY x.term
+) AS m
+JOIN q ON q.term = m.term
+GROUP BY cand.ordinal
+ORDER BY score DESC, cand.ordinal
+LIMIT {k}
+"""
+
+_NATIVE_MATCH = """
+c.ordinal @@@ paradedb.boolean(should => (
+    SELECT array_agg(paradedb.boost(u.w::real, paradedb.term('tokens', u.t)))
+    FROM unnest({terms}::text[], {weights}::float8[]) AS u(t, w)))
+"""
+
+_NATIVE = """
+SELECT c.ordinal, paradedb.score(c.ordinal) AS score
+FROM chunks AS c
+WHERE {match} AND ({where})
+ORDER BY score DESC, c.ordinal
+LIMIT {k}
+"""
+
+_NATIVE_OUTSIDE = """
+WITH m AS MATERIALIZED (
+    SELECT c.ordinal, paradedb.score(c.ordinal) AS score FROM chunks AS c WHERE {match}
+)
+SELECT m.ordinal, m.score FROM m JOIN chunks AS c ON c.ordinal = m.ordinal
+WHERE ({where})
+ORDER BY m.score DESC, m.ordinal
+LIMIT {k}
+"""
+
+
+class PgLexical:
+    """BM25 over ``chunks.tokens`` with the filter inside the query (see the module doc)."""
+
+    def __init__(self, connect: Connect, *, scoring: Scoring = "exact") -> None:
+        if scoring not in ("exact", "native"):
+            raise ValueError(f"scoring={scoring!r} is invalid; allowed: 'exact', 'native'")
+        self.connect = connect
+        self.scoring = scoring
+
+    @staticmethod
+    def corpus_stats(conn: psycopg.Connection[Any]) -> CorpusStats:
+        """Chunk count and total token count (one scan of ``chunks``; cache it per release)."""
+        row = conn.execute(
+            "SELECT count(*), coalesce(sum(CASE WHEN tokens = '' THEN 0 ELSE "
+            "length(tokens) - length(replace(tokens, ' ', '')) + 1 END), 0) FROM chunks"
+        ).fetchone()
+        assert row is not None
+        return CorpusStats(int(row[0]), float(row[1]))
+
+    def search(
+        self,
+        terms: Mapping[str, float],
+        where: sql.Composable,
+        k: int,
+        *,
+        k1: float = 0.9,
+        b: float = 0.4,
+        stats: CorpusStats | None = None,
+    ) -> list[LegHit]:
+        """Top-k chunks by BM25 among those ``where`` allows (score desc, ordinal asc).
+
+        ``terms``: query term → weight (:func:`clew.ingest.analyze.query_terms`); ``k1``/``b``
+        apply to the exact scoring only (native scoring is tantivy's 1.2/0.75)."""
+        weighted = {t: float(w) for t, w in terms.items() if w > 0 and t and "\x00" not in t}
+        if not weighted or k <= 0:
+            return []
+        with self.connect() as conn:
+            if self.scoring == "native":
+                return self._native(conn, weighted, where, k)
+            return self._exact(conn, weighted, where, k, k1, b, stats)
+
+    def _native(
+        self, conn: psycopg.Connection[Any], weighted: dict[str, float], where: Any, k: int
+    ) -> list[LegHit]:
+        words = list(weighted)
+        match = sql.SQL(_NATIVE_MATCH).format(
+            terms=sql.Literal(words), weights=sql.Literal([weighted[t] for t in words])
+        )
+        args = {"match": match, "where": where, "k": sql.Literal(int(k))}
+        try:
+            with conn.transaction():
+                rows = conn.execute(sql.SQL(_NATIVE).format(**args)).fetchall()
+        except psycopg.errors.InternalError_ as exc:
+            # pg_search 0.21 plans only simple predicates beside @@@ (COALESCE, CASE, IS TRUE,
+            # sublinks, regexes fail with "Unsupported query shape"): filter outside it instead,
+            # over every match (slower, same result)
+            if "Unsupported query shape" not in str(exc):
+                raise
+            rows = conn.execute(sql.SQL(_NATIVE_OUTSIDE).format(**args)).fetchall()
+        return [LegHit(int(o), float(s)) for o, s in rows]
+
+    def _exact(
+        self,
+        conn: psycopg.Connection[Any],
+        weighted: dict[str, float],
+        where: sql.Composable,
+        k: int,
+        k1: float,
+        b: float,
+        stats: CorpusStats | None,
+    ) -> list[LegHit]:
+        words = list(weighted)
+        df_rows = conn.execute(
+            "SELECT u.t, (SELECT count(*) FROM chunks AS c "
+            "WHERE c.tokens @@@ paradedb.term('tokens', u.t)) FROM unnest(%s::text[]) AS u(t)",
+            (words,),
+        ).fetchall()
+        df = {str(t): int(n) for t, n in df_rows}
+        present = [t for t in words if df.get(t, 0) > 0]
+        if not present:
+            return []
+        if stats is None:
+            stats = self.corpus_stats(conn)
+        n = stats.n_docs
+        iw = [weighted[t] * math.log(1.0 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in present]
+        query = sql.SQL(_EXACT).format(
+            terms=sql.Literal(present),
+            iw=sql.Literal(iw),
+            match=_TERMS.format(sql.Literal(present)),
+            where=where,
+            k1=sql.Literal(float(k1)),
+            b=sql.Literal(float(b)),
+            avgdl=sql.Literal(max(stats.avgdl, 1e-9)),
+            k=sql.Literal(int(k)),
+        )
+        rows = conn.execute(query).fetchall()
+        return [LegHit(int(o), float(s)) for o, s in rows if s > 0]
+
+
+class PgVector:
+    """Inner-product search over ``chunks.embedding`` (score = inner product).
+
+    When the filter allows at most ``exact_max_allowed`` chunks (counted, up to that bound), the
+    allowed rows are scanned exactly; otherwise the HNSW index is walked with
+    ``hnsw.iterative_scan = relaxed_order`` (the filter inside the walk, which goes on until k
+    allowed rows are found or ``max_scan_tuples`` are visited) and the hits are re-sorted."""
+
+    def __init__(
+        self,
+        connect: Connect,
+        *,
+        ef_search: int = 100,
+        exact_max_allowed: int = 5000,
+        max_scan_tuples: int = 20_000,
+    ) -> None:
+        if not 1 <= ef_search <= 1000:
+            raise ValueError(f"ef_search={ef_search!r} is invalid; allowed: 1..1000")
+        self.connect = connect
+        self.ef_search = ef_search
+        self.exact_max_allowed = exact_max_allowed
+        self.max_scan_tuples = max_scan_tuples
+
+    def allowed_upto(self, conn: psycopg.Connection[Any], where: sql.Composable) -> int:
+        """How many chunks ``where`` allows, counted up to ``exact_max_allowed + 1``."""
+        query = sql.SQL(
+            "SELECT count(*) FROM (SELECT 1 FROM chunks AS c WHERE {} LIMIT {}) AS s"
+        ).format(where, sql.Literal(self.exact_max_allowed + 1))
+        row = conn.execute(query).fetchone()
+        return int(row[0]) if row else 0
+
+    def search(
+        self, vector: npt.ArrayLike, where: sql.Composable, k: int, *, exact: bool | None = None
+    ) -> list[LegHit]:
+        """Top-k allowed chunks by inner product (score desc, ordinal asc). ``exact``: force
+        (True) or forbid (False) the exact scan; None decides by the allowed count."""
+        if k <= 0:
+            return []
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        text = "[" + ",".join(repr(float(x)) for x in q.tolist()) + "]"
+        literal = sql.SQL("{}::vector").format(sql.Literal(text))
+        with self.connect() as conn, conn.transaction():
+            if exact is None:
+                exact = self.allowed_upto(conn, where) <= self.exact_max_allowed
+            if exact:
+                query = sql.SQL(
+                    "WITH f AS MATERIALIZED (SELECT c.ordinal, c.embedding FROM chunks AS c "
+                    "WHERE {where}) "
+                    "SELECT f.ordinal, -(f.embedding <#> {q}) AS score FROM f "
+                    "ORDER BY f.embedding <#> {q}, f.ordinal LIMIT {k}"
+                ).format(where=where, q=literal, k=sql.Literal(int(k)))
+            else:
+                for name, value in (
+                    ("hnsw.ef_search", max(self.ef_search, k)),
+                    ("hnsw.iterative_scan", "relaxed_order"),
+                    ("hnsw.max_scan_tuples", self.max_scan_tuples),
+                ):
+                    conn.execute("SELECT set_config(%s, %s, true)", (name, str(value)))
+                query = sql.SQL(
+                    "WITH h AS MATERIALIZED (SELECT c.ordinal, c.embedding <#> {q} AS d "
+                    "FROM chunks AS c WHERE {where} ORDER BY c.embedding <#> {q} LIMIT {k}) "
+                    "SELECT h.ordinal, -h.d AS score FROM h ORDER BY h.d, h.ordinal"
+                ).format(where=where, q=literal, k=sql.Literal(int(k)))
+            rows = conn.execute(query).fetchall()
+        return [LegHit(int(o), float(s)) for o, s in rows]
