@@ -25,12 +25,32 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def _store_url(value: str) -> str:
+    if not value.startswith(("postgresql://", "postgres://")):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a store URL; allowed: postgresql://USER@HOST/DB[?schema=NAME]"
+        )
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="clew", description="Explainable hybrid retrieval.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--index", required=True, help="index directory")
+    def common(sp: argparse.ArgumentParser, *, store: bool = True) -> None:
+        if store:
+            where = sp.add_mutually_exclusive_group(required=True)
+            where.add_argument("--index", help="index directory (the embedded store)")
+            where.add_argument(
+                "--store",
+                dest="index",
+                type=_store_url,
+                metavar="URL",
+                help="PostgreSQL URL instead of a directory: postgresql://USER@HOST/DB"
+                "[?schema=NAME] (needs the pgvector and pg_search extensions)",
+            )
+        else:
+            sp.add_argument("--index", required=True, help="index directory")
         sp.add_argument("--config", help="YAML config file (sections of EngineConfig)")
 
     ing = sub.add_parser("ingest", help="ingest files or directories")
@@ -38,6 +58,14 @@ def _parser() -> argparse.ArgumentParser:
     common(ing)
     ing.add_argument("--json", action="store_true", help="print the report as JSON")
     ing.add_argument("--no-progress", action="store_true")
+    ing.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="load, chunk, extract and embed on a Ray cluster (ADDRESS; default: a local one)",
+    )
+    ing.add_argument("--workers", type=int, default=2, help="with --ray: worker actors")
 
     se = sub.add_parser("search", help="search the index")
     se.add_argument("query")
@@ -164,6 +192,14 @@ def _parser() -> argparse.ArgumentParser:
     st = sub.add_parser("stats", help="index counts and versions")
     common(st)
 
+    mg = sub.add_parser(
+        "migrate", help="copy an index between stores (directory <-> PostgreSQL URL)"
+    )
+    mg.add_argument("--from", dest="source", required=True, help="index directory or URL")
+    mg.add_argument("--to", dest="target", required=True, help="index directory or URL")
+    mg.add_argument("--batch", type=int, default=500, help="documents per write (default 500)")
+    mg.add_argument("--json", action="store_true", help="print the report as JSON")
+
     ev = sub.add_parser("eval", help="evaluate on a BEIR-layout dataset")
     ev.add_argument(
         "--dataset",
@@ -202,7 +238,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-progress", action="store_true")
 
     sv = sub.add_parser("serve", help="HTTP API (FastAPI on uvicorn)")
-    common(sv)
+    common(sv, store=False)
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8765)
     sv.add_argument("--keys", help="API keys file (`clew keys add` writes it)")
@@ -281,6 +317,54 @@ def _config(args: argparse.Namespace) -> EngineConfig:
     return config.with_overrides(**overrides) if overrides else config
 
 
+def _print_ingest(report: Any, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(
+            f"ingested {len(report.added)} new, {len(report.updated)} updated, "
+            f"{len(report.unchanged)} unchanged documents; {report.chunks_written} chunks "
+            f"written; release {report.release} ({report.seconds:.1f} s)"
+        )
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    """Copy every document of one store into another, then build the target's indexes."""
+    from clew.retrieve.engine import Engine
+    from clew.store.migrate import copy_index
+
+    def open_store(where: str, create: bool) -> Any:
+        if where.startswith(("postgresql://", "postgres://")):
+            from clew.store.postgres import PostgresStore
+
+            return PostgresStore(where, create=create)
+        from clew.store.sqlite import SQLiteStore
+
+        return SQLiteStore(where, create=create)
+
+    src = open_store(args.source, create=False)
+    try:
+        dst = open_store(args.target, create=True)
+        try:
+            report = copy_index(src, dst, batch=args.batch)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    with Engine(args.target) as engine:  # builds the target's derived indexes once
+        engine.refresh()
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        print(
+            f"copied {report['documents']} documents ({report['chunks']} chunks, "
+            f"{report['skipped']} already there) in {report['seconds']:.1f} s; "
+            f"counts match: {report['matches']}"
+        )
+    return 0 if report["matches"] else 1
+
+
 def _run(args: argparse.Namespace) -> int:
     from clew.retrieve.engine import Engine
 
@@ -292,11 +376,30 @@ def _run(args: argparse.Namespace) -> int:
         return run_service_command(args)
     if args.command in ("train-reranker", "calibrate"):
         return _train(args)
+    if args.command == "migrate":
+        return _migrate(args)
     config = _config(args)
     if args.command == "ingest":
         from clew.ingest.load import load_path
         from clew.memory import is_transcript, load_transcript
 
+        if args.ray:
+            if any(is_transcript(p) for p in args.paths):
+                raise ConfigError("--ray ingests files and directories, not chat transcripts")
+            from clew.ingest.distributed import engine_ingest_ray
+
+            with Engine(args.index, config, create=True) as engine:
+                ray_report = engine_ingest_ray(
+                    engine,
+                    args.paths,
+                    address=None if args.ray == "local" else args.ray,
+                    workers=args.workers,
+                    progress=not args.no_progress,
+                )
+            for failure in ray_report.failed:
+                print(f"clew: could not load {failure.source}: {failure.error}", file=sys.stderr)
+            code = _print_ingest(ray_report, args.json)
+            return 1 if ray_report.failed else code
         with Engine(args.index, config, create=True) as engine:
             sources: list[Any] = list(args.paths)
             if any(is_transcript(p) for p in args.paths):  # chat turns become memories
@@ -306,15 +409,7 @@ def _run(args: argparse.Namespace) -> int:
                     for d in (load_transcript(p) if is_transcript(p) else load_path(p))
                 ]
             report = engine.ingest(sources, progress=not args.no_progress)
-        if args.json:
-            print(json.dumps(report.to_dict(), indent=2))
-        else:
-            print(
-                f"ingested {len(report.added)} new, {len(report.updated)} updated, "
-                f"{len(report.unchanged)} unchanged documents; {report.chunks_written} chunks "
-                f"written; release {report.release} ({report.seconds:.1f} s)"
-            )
-        return 0
+        return _print_ingest(report, args.json)
     with Engine(args.index, config, create=args.command == "remember") as engine:
         if args.command == "search":
             result = engine.search(args.query, k=args.k, filter=args.filter, config=config)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from clew.config import EmbedderConfig, EngineConfig, RecencyConfig, preset_config
+from clew.config import DenseConfig, EmbedderConfig, EngineConfig, RecencyConfig, preset_config
 from clew.errors import ConfigError, QueryError, StoreError
 from clew.filters import Mask, MetadataColumns, matches, parse_filter, parse_time, to_json
 from clew.index.graph import GraphIndex, LinkedConcept
@@ -57,6 +57,7 @@ from clew.types import (
 
 if TYPE_CHECKING:
     from clew.compose.answer import Answer, Calibration
+    from clew.store.postgres import PostgresStore
     from clew.trace import TraceStore
 
 log = logging.getLogger(__name__)
@@ -118,13 +119,15 @@ class _Snapshot:
     vector: VectorIndex
     graph: GraphIndex
     live: Mask
-    store: SQLiteStore
+    store: SQLiteStore | PostgresStore
     keys: dict[int, tuple[str, str]]
     """Ordinal → (chunk id, content hash) of every chunk, for fusion ties and dedup."""
     _columns: MetadataColumns | None = None
     _masks: OrderedDict[str, Mask] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _memories: bool | None = None
+    sql: _SqlLegs | None = None
+    """The legs in SQL when the store is PostgreSQL (None: the in-memory legs)."""
 
     def columns(self) -> MetadataColumns:
         with self._lock:
@@ -171,6 +174,55 @@ class _Snapshot:
             if len(self._masks) > 64:
                 self._masks.popitem(last=False)
             return mask
+
+
+class _SqlLegs:
+    """The three legs of a PostgreSQL store, run in the database with the filter compiled to
+    one SQL predicate (:mod:`clew.filters_sql`). Hits are kept only if live in the snapshot's
+    release, so a write that commits while a leg runs never mixes releases into a result."""
+
+    def __init__(self, store: PostgresStore, release: int, dense: DenseConfig) -> None:
+        from clew.index.pg_graph import PgGraph
+        from clew.index.pg_legs import PgLexical, PgVector
+
+        self.release = release
+        self.lexical = PgLexical(store.connection, scoring="exact")
+        # exact where the embedded leg is exact: small corpora and selective filters
+        self.vector = PgVector(
+            store.connection,
+            ef_search=dense.ef_search,
+            exact_max_allowed=max(dense.exact_max_allowed, dense.hnsw_min_chunks - 1),
+        )
+        self.graph = PgGraph(store.connection)
+        with store.connection() as conn:
+            self.stats = PgLexical.corpus_stats(conn)
+
+    @staticmethod
+    def where(filter_node: Any, scope_node: Any, exclude_docs: Sequence[str]) -> Any:
+        from psycopg import sql
+
+        from clew.filters_sql import and_where, compile_filter
+
+        parts = [compile_filter(filter_node), compile_filter(scope_node)]
+        if exclude_docs:
+            parts.append(sql.SQL("c.doc_id <> ALL({})").format(sql.Literal(list(exclude_docs))))
+        return and_where(*parts)
+
+
+def _is_url(target: str | Path) -> bool:
+    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
+
+
+def _state_dir(url: str) -> Path:
+    """A local folder for what a PostgreSQL-backed engine keeps beside the database (traces,
+    derived-index caches, the local write lock), keyed by the URL without its password."""
+    import hashlib
+    import re
+
+    from clew.models.embedder import cache_dir
+
+    safe = re.sub(r"://([^:@/]*):[^@]*@", r"://\1@", url)
+    return Path(cache_dir()) / "postgres" / hashlib.sha256(safe.encode()).hexdigest()[:16]
 
 
 @dataclass(slots=True)
@@ -326,10 +378,22 @@ class Engine:
         :class:`StoreError` naming that writer; see :mod:`clew.store.lock`."""
         from clew.store.lock import WriteLock
 
-        self.directory = Path(directory)
         self.config = config or EngineConfig()
+        self.url: str | None = None
+        """The PostgreSQL URL when the index lives in PostgreSQL (``directory`` is then a
+        local folder for traces and caches)."""
+        self.store: SQLiteStore | PostgresStore
+        if _is_url(directory):
+            from clew.store.postgres import PostgresStore
+
+            self.url = str(directory)
+            self.store = PostgresStore(self.url, create=create, read_only=read_only, pool_size=8)
+            self.directory = _state_dir(self.url) / self.store.schema
+            self.directory.mkdir(parents=True, exist_ok=True)
+        else:
+            self.directory = Path(directory)
+            self.store = SQLiteStore(self.directory, create=create, read_only=read_only)
         self._write_lock = WriteLock(self.directory, write_timeout)
-        self.store = SQLiteStore(self.directory, create=create, read_only=read_only)
         if self.store.read_only and self.config.trace.enabled:
             # a trace is a file in the index directory: none can be written here
             self.config = replace(self.config, trace=replace(self.config.trace, enabled=False))
@@ -622,7 +686,13 @@ class Engine:
                         d,
                         exc,
                     )
-        return _Snapshot(release, lexical, vector, graph, live, self.store, keys)
+        snap = _Snapshot(release, lexical, vector, graph, live, self.store, keys)
+        if self.url is not None:
+            from clew.store.postgres import PostgresStore
+
+            assert isinstance(self.store, PostgresStore)
+            snap.sql = _SqlLegs(self.store, release, self.config.dense)
+        return snap
 
     def _rebuild_lexical(self) -> BM25Index:
         idx = BM25Index()
@@ -785,9 +855,21 @@ class Engine:
             embedding = self._pool.submit(self._embed_query, query, timings)
 
         t = time.perf_counter()
-        linked = snap.graph.link(query, fuzzy=cfg.graph.fuzzy, word_weight=cfg.graph.word_weight)
-        if allowed is not snap.live:
-            linked = snap.graph.within(linked, allowed)
+        sql_legs = snap.sql
+        where: Any = None
+        if sql_legs is not None:
+            where = sql_legs.where(node, scope_node, exclude_docs)
+            linked = sql_legs.graph.link(
+                query, fuzzy=cfg.graph.fuzzy, word_weight=cfg.graph.word_weight
+            )
+            if allowed is not snap.live:
+                linked = sql_legs.graph.within(linked, where)
+        else:
+            linked = snap.graph.link(
+                query, fuzzy=cfg.graph.fuzzy, word_weight=cfg.graph.word_weight
+            )
+            if allowed is not snap.live:
+                linked = snap.graph.within(linked, allowed)
         chosen = route(query, len(linked), cfg.fusion, cfg.router)
         timings["route"] = _ms(t)
 
@@ -796,21 +878,51 @@ class Engine:
         tokens = query_terms(query, cfg.lexical.part_weight)
         pooled: dict[str, Callable[[], list[LegHit]]] = {}
         inline: dict[str, Callable[[], list[LegHit]]] = {}
-        if "lexical" in chosen.legs:
-            pooled["lexical"] = lambda: snap.lexical.search(
-                tokens, allowed, cfg.lexical.depth, k1=cfg.lexical.k1, b=cfg.lexical.b
-            )
-        if "dense" in chosen.legs:
+        if sql_legs is not None:
+            live = snap.live
 
-            def dense() -> list[LegHit]:
-                assert embedding is not None
-                return snap.vector.search(embedding.result(), allowed, cfg.dense.depth)
+            def in_release(hits: list[LegHit]) -> list[LegHit]:
+                return [h for h in hits if h.ordinal < len(live) and live[h.ordinal]]
 
-            inline["dense"] = dense
-        if "graph" in chosen.legs:
-            pooled["graph"] = lambda: snap.graph.search(
-                query, allowed, cfg.graph.depth, cfg.graph, linked
-            )
+            sl = sql_legs
+            if "lexical" in chosen.legs:
+                pooled["lexical"] = lambda: in_release(
+                    sl.lexical.search(
+                        tokens,
+                        where,
+                        cfg.lexical.depth,
+                        k1=cfg.lexical.k1,
+                        b=cfg.lexical.b,
+                        stats=sl.stats,
+                    )
+                )
+            if "dense" in chosen.legs:
+
+                def sql_dense() -> list[LegHit]:
+                    assert embedding is not None
+                    return in_release(sl.vector.search(embedding.result(), where, cfg.dense.depth))
+
+                inline["dense"] = sql_dense
+            if "graph" in chosen.legs:
+                pooled["graph"] = lambda: in_release(
+                    sl.graph.search(query, where, cfg.graph.depth, cfg.graph, linked)
+                )
+        else:
+            if "lexical" in chosen.legs:
+                pooled["lexical"] = lambda: snap.lexical.search(
+                    tokens, allowed, cfg.lexical.depth, k1=cfg.lexical.k1, b=cfg.lexical.b
+                )
+            if "dense" in chosen.legs:
+
+                def dense() -> list[LegHit]:
+                    assert embedding is not None
+                    return snap.vector.search(embedding.result(), allowed, cfg.dense.depth)
+
+                inline["dense"] = dense
+            if "graph" in chosen.legs:
+                pooled["graph"] = lambda: snap.graph.search(
+                    query, allowed, cfg.graph.depth, cfg.graph, linked
+                )
         lists = self._run_legs(pooled, inline, timings)
 
         t = time.perf_counter()
