@@ -238,7 +238,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--no-progress", action="store_true")
 
     sv = sub.add_parser("serve", help="HTTP API (FastAPI on uvicorn)")
-    common(sv, store=False)
+    common(sv)
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8765)
     sv.add_argument("--keys", help="API keys file (`clew keys add` writes it)")
@@ -253,6 +253,9 @@ def _parser() -> argparse.ArgumentParser:
     ui = sub.add_parser("ui", help="web UI (Streamlit) over a running `clew serve`")
     ui.add_argument("--api", help="API base URL (default: start one for --index on loopback)")
     ui.add_argument("--index", help="index directory to serve when no --api is given")
+    ui.add_argument(
+        "--store", dest="index", type=_store_url, metavar="URL", help="or a PostgreSQL URL"
+    )
     ui.add_argument("--port", type=int, default=8501)
     ui.add_argument("--host", default="127.0.0.1")
     ui.add_argument("--eval-results", help="with --index: folder of `clew eval --save` results")

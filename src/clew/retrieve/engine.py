@@ -213,6 +213,13 @@ def _is_url(target: str | Path) -> bool:
     return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
 
 
+def display_target(target: str | Path) -> str:
+    """An index directory or store URL fit for logs and messages (no password)."""
+    import re
+
+    return re.sub(r"://([^:@/]*):[^@]*@", r"://\1:***@", str(target))
+
+
 def _state_dir(url: str) -> Path:
     """A local folder for what a PostgreSQL-backed engine keeps beside the database (traces,
     derived-index caches, the local write lock), keyed by the URL without its password."""

@@ -50,7 +50,7 @@ def run_service_command(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from clew.retrieve.engine import Engine
+    from clew.retrieve.engine import Engine, display_target
     from clew.serve.api import create_app
 
     settings = settings_from(
@@ -75,7 +75,8 @@ def _serve(args: argparse.Namespace) -> int:
         )
     app = create_app(settings, engine)
     print(
-        f"clew serve: index {settings.index} on http://{settings.host}:{settings.port} "
+        f"clew serve: index {display_target(settings.index)} on "
+        f"http://{settings.host}:{settings.port} "
         f"({'no auth, loopback only' if settings.no_auth else 'API keys required'}); "
         "OpenAPI at /docs",
         file=sys.stderr,
@@ -106,7 +107,7 @@ def _ui(args: argparse.Namespace) -> int:
         "-m",
         "clew",
         "serve",
-        "--index",
+        "--store" if str(args.index).startswith(("postgresql://", "postgres://")) else "--index",
         args.index,
         "--no-auth",
         "--port",

@@ -310,7 +310,11 @@ def _parser() -> argparse.ArgumentParser:
         prog="clew mcp",
         description="Serve a clew index to MCP clients over stdio (stdout is the protocol).",
     )
-    p.add_argument("--index", required=True, type=Path, help="index directory")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--index", help="index directory")
+    where.add_argument(
+        "--store", dest="index", metavar="URL", help="PostgreSQL URL instead of a directory"
+    )
     p.add_argument("--config", type=Path, help="engine config YAML (EngineConfig.from_yaml)")
     p.add_argument("--keys", type=Path, help="keys file; the key must authenticate against it")
     p.add_argument(
@@ -368,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
     from clew.config import EngineConfig
-    from clew.retrieve.engine import Engine
+    from clew.retrieve.engine import Engine, display_target
 
     try:
         principal = _principal(args)
@@ -379,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     log.info(
         "serving %s over stdio as %r (scope %s, admin %s)",
-        args.index,
+        display_target(args.index),
         principal.name,
         principal.scope,
         principal.admin,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["ServeSettings", "is_loopback"]
@@ -29,7 +29,9 @@ class ServeSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="CLEW_", extra="forbid", frozen=True)
 
-    index: Path = Field(description="index directory (created by `clew ingest`)")
+    index: Path | str = Field(
+        description="index directory (created by `clew ingest`) or a PostgreSQL URL"
+    )
     config: Path | None = Field(None, description="YAML engine config (sections of EngineConfig)")
     keys: Path | None = Field(None, description="API keys file (`clew keys add` writes it)")
     no_auth: bool = Field(
@@ -66,6 +68,20 @@ class ServeSettings(BaseSettings):
             )
         return self
 
+    @field_validator("index", mode="before")
+    @classmethod
+    def _index(cls, value: object) -> object:
+        """A PostgreSQL URL stays a string; anything else is a directory."""
+        if isinstance(value, str) and not value.startswith(("postgresql://", "postgres://")):
+            return Path(value)
+        return value
+
     @property
     def eval_dir(self) -> Path:
-        return self.eval_results if self.eval_results is not None else self.index / "eval"
+        if self.eval_results is not None:
+            return self.eval_results
+        if isinstance(self.index, Path):
+            return self.index / "eval"
+        from clew.models.embedder import cache_dir
+
+        return Path(cache_dir()) / "postgres" / "eval"
