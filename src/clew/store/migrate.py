@@ -27,8 +27,9 @@ import numpy as np
 from clew.errors import StoreError
 from clew.protocols import DocumentRecord
 from clew.store.postgres import PostgresStore
+from clew.store.records import assemble_records
 from clew.store.sqlite import SQLiteStore
-from clew.types import Chunk, Concept, Document, Mention
+from clew.types import Concept, Mention
 
 AnyStore = SQLiteStore | PostgresStore
 
@@ -178,43 +179,14 @@ def _sqlite_records(conn: sqlite3.Connection, ids: list[str]) -> list[DocumentRe
         for ordinal, cid, key, label, kind, count in mention_rows:
             concept = Concept(str(key), str(label), kind, tuple(surfaces.get(int(cid), ())))
             by_ordinal.setdefault(int(ordinal), []).append(Mention(concept, int(count)))
-        chunks_of: dict[str, list[tuple[Any, ...]]] = {}
-        for row in chunk_rows:
-            chunks_of.setdefault(str(row[2]), []).append(row)
-        for doc_id, title, source, fmt, metadata, doc_hash, text in docs:
-            rows = chunks_of.get(str(doc_id), [])
-            vectors = (
-                np.stack([np.frombuffer(r[11], dtype=np.float32) for r in rows])
-                if rows
-                else np.zeros((0, 0), dtype=np.float32)
+        out.update(
+            assemble_records(
+                docs,
+                chunk_rows,
+                links,
+                by_ordinal,
+                lambda blob: np.frombuffer(blob, dtype=np.float32),
+                json.loads,
             )
-            out[str(doc_id)] = DocumentRecord(
-                document=Document(
-                    doc_id=str(doc_id),
-                    title=str(title),
-                    text=str(text),
-                    source=str(source),
-                    metadata=json.loads(metadata),
-                    links=tuple(links.get(str(doc_id), ())),
-                    fmt=str(fmt),
-                ),
-                doc_hash=str(doc_hash),
-                chunks=tuple(
-                    Chunk(
-                        chunk_id=str(r[1]),
-                        doc_id=str(r[2]),
-                        seq=int(r[3]),
-                        text=str(r[4]),
-                        content_hash=str(r[5]),
-                        token_count=int(r[6]),
-                        heading_path=tuple(json.loads(r[7])),
-                        start=int(r[8]),
-                        end=int(r[9]),
-                    )
-                    for r in rows
-                ),
-                tokens=tuple(tuple(str(r[10]).split()) for r in rows),
-                vectors=vectors,
-                mentions=tuple(tuple(by_ordinal.get(int(r[0]), ())) for r in rows),
-            )
+        )
     return [out[d] for d in ids if d in out]

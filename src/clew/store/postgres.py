@@ -45,7 +45,8 @@ from clew.errors import IndexNotFoundError, StoreError
 from clew.filters import parse_time
 from clew.protocols import ChunkRow, DocumentRecord, GraphRows, Matrix
 from clew.store.pg_schema import EXTENSIONS, MIGRATIONS, MIN_VERSIONS, dimension_ddl
-from clew.types import Chunk, Concept, Document, Mention
+from clew.store.records import assemble_records
+from clew.types import Concept, Mention
 
 log = logging.getLogger(__name__)
 
@@ -1049,46 +1050,9 @@ class PostgresStore:
         for ordinal, key, label, kind, count, surfaces in mention_rows:
             concept = Concept(str(key), str(label), kind, tuple(str(s) for s in surfaces))
             by_ordinal.setdefault(int(ordinal), []).append(Mention(concept, int(count)))
-        chunks_of: dict[str, list[tuple[Any, ...]]] = {}
-        for row in chunk_rows:
-            chunks_of.setdefault(str(row[2]), []).append(row)
-        out: dict[str, DocumentRecord] = {}
-        for doc_id, title, source, fmt, metadata, doc_hash, text in docs:
-            rows = chunks_of.get(str(doc_id), [])
-            vectors = (
-                np.stack([r[11].to_numpy() for r in rows]).astype(np.float32)
-                if rows
-                else np.zeros((0, 0), dtype=np.float32)
-            )
-            out[str(doc_id)] = DocumentRecord(
-                document=Document(
-                    doc_id=str(doc_id),
-                    title=str(title),
-                    text=str(text),
-                    source=str(source),
-                    metadata=metadata,
-                    links=tuple(links.get(str(doc_id), ())),
-                    fmt=str(fmt),
-                ),
-                doc_hash=str(doc_hash),
-                chunks=tuple(
-                    Chunk(
-                        chunk_id=str(r[1]),
-                        doc_id=str(r[2]),
-                        seq=int(r[3]),
-                        text=str(r[4]),
-                        content_hash=str(r[5]),
-                        token_count=int(r[6]),
-                        heading_path=tuple(r[7]),
-                        start=int(r[8]),
-                        end=int(r[9]),
-                    )
-                    for r in rows
-                ),
-                tokens=tuple(tuple(str(r[10]).split()) for r in rows),
-                vectors=vectors,
-                mentions=tuple(tuple(by_ordinal.get(int(r[0]), ())) for r in rows),
-            )
+        out = assemble_records(
+            docs, chunk_rows, links, by_ordinal, lambda v: v.to_numpy(), lambda x: x
+        )
         return [out[d] for d in ids if d in out]
 
 
