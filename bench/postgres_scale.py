@@ -10,6 +10,7 @@ p50/p95 latency and the share of identical top-10 lists.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +79,10 @@ def main() -> None:
     with PgServer.start() as server:
         url = server.url + "&schema=synthetic"
         dst = PostgresStore(url, create=True)
-        with Clock() as copy, Clock() as load, dst.bulk_load():
+        with Clock() as copy, dst.bulk_load():
+            started = time.perf_counter()
             report = copy_index(embedded.store, dst, batch=1000)
-            load_s = load.seconds  # rows only; leaving the block builds the indexes
+            load_s = time.perf_counter() - started  # rows only; leaving bulk_load builds indexes
         size_pg = pg_size(dst)
         dst.close()
         log(f"copied {report['chunks']} chunks in {copy.seconds:.0f} s")
