@@ -46,7 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -54,8 +54,14 @@ from clew.config import ChunkConfig, ConceptConfig, EmbedderConfig
 from clew.errors import ConfigError, LoadError
 from clew.ingest.chunk import Chunker
 from clew.ingest.concepts import ConceptExtractor
-from clew.ingest.load import SUPPORTED_SUFFIXES, _load_file, load_path
-from clew.ingest.pipeline import IngestContext, build_records, document_hash, resolve_entities
+from clew.ingest.load import directory_files, load_file, load_path
+from clew.ingest.pipeline import (
+    IngestContext,
+    IngestWriter,
+    build_records,
+    document_hash,
+    resolve_entities,
+)
 from clew.protocols import DocumentRecord, Encoder
 from clew.types import Document, IngestReport, JSONValue
 
@@ -64,18 +70,6 @@ if TYPE_CHECKING:
 
 RAY_EXTRA = "ray[data]==2.60.0"
 OnError = Literal["report", "raise"]
-
-
-class _Writer(Protocol):
-    """What the driver needs of the store (a subset of :class:`clew.protocols.Store`)."""
-
-    def doc_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]: ...
-
-    def write(self, records: Sequence[DocumentRecord]) -> int: ...
-
-    def concept_kinds(self, keys: Sequence[str]) -> dict[str, str]: ...
-
-    def release(self) -> int: ...
 
 
 # -- what the workers build their context from -------------------------------------------------
@@ -192,7 +186,7 @@ class RayIngestReport(IngestReport):
 def _load_rows(row: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """flat_map: one file → one row per document, or one error row."""
     try:
-        docs = list(_load_file(Path(row["path"]), row["doc_id"]))
+        docs = list(load_file(Path(row["path"]), row["doc_id"]))
     except LoadError as exc:
         yield {"file": row["file"], "pos": -1, "doc": b"", "error": str(exc)}
         return
@@ -247,14 +241,7 @@ def _expand(paths: Iterable[str | Path]) -> tuple[list[_File], list[LoadFailure]
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            files = sorted(
-                f
-                for f in p.rglob("*")
-                if f.is_file()
-                and f.suffix.lower() in SUPPORTED_SUFFIXES
-                and not any(part.startswith(".") for part in f.relative_to(p).parts)
-            )
-            for f in files:
+            for f in directory_files(p):
                 rel = f.relative_to(p).as_posix()
                 out.append(_File(str(f), rel, rel))
         elif p.is_file():
@@ -310,7 +297,7 @@ class _Cluster:
 
 def ingest_ray(
     paths: Iterable[str | Path],
-    store: _Writer,
+    store: IngestWriter,
     spec: ContextSpec,
     *,
     address: str | None = None,
@@ -409,7 +396,7 @@ def _load(
 def _build_and_write(
     ray: Any,
     loaded: Sequence[Document],
-    store: _Writer,
+    store: IngestWriter,
     spec: ContextSpec,
     workers: int,
     cpus: float,
@@ -469,7 +456,7 @@ def _run_units(
     ray: Any,
     units: Sequence[tuple[int, list[Document]]],
     n_batches: int,
-    store: _Writer,
+    store: IngestWriter,
     spec: ContextSpec,
     workers: int,
     cpus: float,

@@ -425,31 +425,36 @@ def _short(value: Any, limit: int = 40) -> str:
 # -- files and directories ------------------------------------------------------------------------
 
 
+def directory_files(directory: Path) -> list[Path]:
+    """The files :func:`load_path` reads from a directory: recursively, supported suffixes
+    only, no dot-files or dot-directories, sorted (a document's id is its relative path)."""
+    return sorted(
+        f
+        for f in directory.rglob("*")
+        if f.is_file()
+        and f.suffix.lower() in SUPPORTED_SUFFIXES
+        and not any(part.startswith(".") for part in f.relative_to(directory).parts)
+    )
+
+
 def load_path(path: str | Path) -> Iterator[Document]:
     """Load a file or a directory (recursively, supported suffixes only, sorted, no dot-files)."""
     p = Path(path)
     if not p.exists():
         raise LoadError(f"no such file or directory: {str(p)!r}")
     if p.is_dir():
-        files = sorted(
-            f
-            for f in p.rglob("*")
-            if f.is_file()
-            and f.suffix.lower() in SUPPORTED_SUFFIXES
-            and not any(part.startswith(".") for part in f.relative_to(p).parts)
-        )
-        for f in files:
-            yield from _load_file(f, f.relative_to(p).as_posix())
+        for f in directory_files(p):
+            yield from load_file(f, f.relative_to(p).as_posix())
     elif not p.is_file():
         raise LoadError(
             f"{str(p)!r} is not a regular file (a device, socket or pipe); allowed: files and "
             "directories"
         )
     else:
-        yield from _load_file(p, p.name)
+        yield from load_file(p, p.name)
 
 
-def _load_file(path: Path, doc_id: str) -> Iterator[Document]:
+def load_file(path: Path, doc_id: str) -> Iterator[Document]:
     suffix = path.suffix.lower()
     if suffix in (".md", ".markdown"):
         yield load_markdown(path, doc_id)

@@ -27,7 +27,9 @@ from clew.protocols import DocumentRecord, Encoder
 from clew.types import Concept, Document, IngestReport, Mention
 
 
-class _Writer(Protocol):
+class IngestWriter(Protocol):
+    """What an ingest needs of the store (a subset of :class:`clew.protocols.Store`)."""
+
     def doc_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]: ...
 
     def write(self, records: Sequence[DocumentRecord]) -> int: ...
@@ -95,7 +97,7 @@ def build_records(docs: Sequence[Document], ctx: IngestContext) -> list[Document
 
 
 def ingest(
-    docs: Iterable[Document], store: _Writer, ctx: IngestContext, *, progress: bool = False
+    docs: Iterable[Document], store: IngestWriter, ctx: IngestContext, *, progress: bool = False
 ) -> IngestReport:
     started = time.perf_counter()
     latest: dict[str, Document] = {}
@@ -143,7 +145,7 @@ def ingest(
     )
 
 
-def _flush(batch: list[Document], store: _Writer, ctx: IngestContext, bar: object) -> int:
+def _flush(batch: list[Document], store: IngestWriter, ctx: IngestContext, bar: object) -> int:
     records = resolve_entities(build_records(batch, ctx), store.concept_kinds)
     store.write(records)
     n = sum(len(r.chunks) for r in records)
