@@ -7,6 +7,8 @@ analyzer; synthetic unit vectors for the dense leg, one 1%-selective metadata fi
 per leg, the median latency and the top-10 overlap with the embedded ``BM25Index``/exact search:
 
 - ``exact`` BM25 (default PgLexical) vs BM25Index at the engine's k1=0.9, b=0.4;
+- ``rescore`` (what the engine runs): pg_search's top max(6k, 300) re-ranked with the engine's
+  BM25, top-50 overlap with BM25Index (the lexical leg's depth) and latency against ``exact``;
 - ``native`` pg_search BM25 (tantivy's fixed k1=1.2, b=0.75, quantized lengths) vs BM25Index at
   0.9/0.4 (what the engine would lose) and at 1.2/0.75 (the quantization alone);
 - HNSW recall@10 vs exact, with no filter and with a 1% filter (iterative scan).
@@ -99,6 +101,7 @@ def main() -> None:
         everything = np.ones(len(docs), dtype=bool)
         connect = lambda: contextlib.nullcontext(conn)  # noqa: E731
         exact, native = PgLexical(connect), PgLexical(connect, scoring="native")
+        rescore = PgLexical(connect, scoring="rescore")
         stats = exact.corpus_stats(conn)
         rows: dict[str, list[float]] = {}
         for q in queries:
@@ -114,6 +117,13 @@ def main() -> None:
             rows.setdefault("embedded 1.2/0.75 vs 0.9/0.4", []).append(overlap(ref12, ref))
             got, ms = timed(lambda q=q: idx.search(q, everything, 10))
             rows.setdefault("embedded ms", []).append(ms)
+            ref50 = idx.search(q, everything, 50)
+            got, ms = timed(lambda q=q: exact.search(q, TRUE, 50, stats=stats))
+            rows.setdefault("exact k=50 ms", []).append(ms)
+            rows.setdefault("exact k=50 overlap@50", []).append(overlap(got, ref50, 50))
+            got, ms = timed(lambda q=q: rescore.search(q, TRUE, 50, stats=stats))
+            rows.setdefault("rescore k=50 ms", []).append(ms)
+            rows.setdefault("rescore k=50 overlap@50", []).append(overlap(got, ref50, 50))
         print("\nlexical (top-10, median latency / mean overlap):")
         for key, vals in rows.items():
             agg = statistics.median(vals) if key.endswith("ms") else statistics.fmean(vals)

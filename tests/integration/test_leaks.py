@@ -18,8 +18,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import tempfile
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -286,21 +286,30 @@ LEXICAL_ALL = preset_config("lexical").with_overrides(
 )
 
 
+EngineFor = Callable[[Corpus], AbstractContextManager[Engine]]
+"""An engine over a corpus, ingested (one per backend)."""
+
+
+@contextmanager
+def open_engine(target: str | Path, corpus: Corpus) -> Iterator[Engine]:
+    engine = Engine(
+        target,
+        INGEST,
+        create=True,
+        encoder=FakeHashEncoder(),
+        extractor=ConceptExtractor(ConceptConfig(spacy=False)),
+    )
+    try:
+        engine.ingest(list(corpus.docs))
+        yield engine
+    finally:
+        engine.close()
+
+
 @contextmanager
 def engine_for(corpus: Corpus) -> Iterator[Engine]:
-    with tempfile.TemporaryDirectory() as tmp:
-        engine = Engine(
-            Path(tmp) / "idx",
-            INGEST,
-            create=True,
-            encoder=FakeHashEncoder(),
-            extractor=ConceptExtractor(ConceptConfig(spacy=False)),
-        )
-        try:
-            engine.ingest(list(corpus.docs))
-            yield engine
-        finally:
-            engine.close()
+    with tempfile.TemporaryDirectory() as tmp, open_engine(Path(tmp) / "idx", corpus) as engine:
+        yield engine
 
 
 def doc_of(chunk_id: str) -> str:
@@ -394,6 +403,18 @@ def unknown_field(
 def test_nothing_hidden_ever_comes_back(
     corpus: Corpus, spec: dict[str, Any] | None, scope: dict[str, Any] | None, query: str
 ) -> None:
+    nothing_hidden_comes_back(engine_for, corpus, spec, scope, query)
+
+
+def nothing_hidden_comes_back(
+    engine_for: EngineFor,
+    corpus: Corpus,
+    spec: dict[str, Any] | None,
+    scope: dict[str, Any] | None,
+    query: str,
+) -> None:
+    """The property, for engines made by ``engine_for`` (embedded here, PostgreSQL in
+    ``tests/postgres/test_pg_leaks.py``)."""
     meta = corpus.meta
     shown = {d for d, m in meta.items() if visible(spec, m) and visible(scope, m)}
     typo = unknown_field(meta, spec, scope)
@@ -455,6 +476,12 @@ def test_nothing_hidden_ever_comes_back(
 def test_a_scope_never_widens(corpus: Corpus, scope: dict[str, Any] | None) -> None:
     """``{"or": [...]}`` and ``{"not": ...}`` filters that would widen the scope see nothing
     more than the scope itself allows."""
+    a_scope_never_widens(engine_for, corpus, scope)
+
+
+def a_scope_never_widens(
+    engine_for: EngineFor, corpus: Corpus, scope: dict[str, Any] | None
+) -> None:
     meta = corpus.meta
     in_scope = {d for d, m in meta.items() if visible(scope, m)}
     widen = [

@@ -125,3 +125,107 @@ def test_delete_and_reingest_on_postgres(pg_server: Any, tmp_path: Path) -> None
         assert pg.search("ERR-4413", k=1).hits[0].doc_id == doc
     finally:
         pg.close()
+
+
+def _no_copies(engine: Engine) -> None:
+    snap = engine._snap()
+    assert snap.sql is not None
+    assert snap._lexical is None and snap._vector is None, "an in-memory copy was built"
+
+
+def test_features_reranker_answers_and_similar_match_embedded_without_memory_copies(
+    engines: tuple[Engine, Engine],
+) -> None:
+    """Feature reranking (cosine, BM25, concept overlap, PageRank of the candidates), answer
+    idf and "more like this" read the candidates from the database, never an in-memory copy of
+    the lexical or vector index, and agree with the embedded engine."""
+    embedded, pg = engines
+    features = replace(
+        preset_config("default"), rerank=replace(preset_config("default").rerank, kind="features")
+    )
+    for query in QUERIES:
+        want = embedded.search(query, k=10, config=features)
+        got = pg.search(query, k=10, config=features)
+        assert got.rerank is not None and got.rerank.ran
+        assert ids(got) == ids(want), query
+        for a, b in zip(got.hits, want.hits, strict=True):
+            assert a.score == pytest.approx(b.score, rel=1e-4, abs=1e-6)
+    for question in QUERIES[:5]:
+        a, b = pg.ask(question), embedded.ask(question)
+        assert (a.answer, a.abstained) == (b.answer, b.abstained), question
+        assert a.confidence == pytest.approx(b.confidence, abs=1e-6)
+        assert [c.chunk_id for c in a.citations] == [c.chunk_id for c in b.citations]
+    doc = embedded.search("pgbouncer pool exhausted", k=1).hits[0].doc_id
+    for flt in (None, {"audience": "public"}):
+        got_similar = pg.similar(doc, k=5, filter=flt)
+        want_similar = embedded.similar(doc, k=5, filter=flt)
+        assert got_similar, flt
+        assert [(s.doc_id, s.chunk_id) for s in got_similar] == [
+            (s.doc_id, s.chunk_id) for s in want_similar
+        ]
+        assert [s.score for s in got_similar] == pytest.approx([s.score for s in want_similar])
+    _no_copies(pg)
+
+
+def test_filter_field_errors_match_embedded_and_name_only_fields_in_scope(
+    engines: tuple[Engine, Engine],
+) -> None:
+    embedded, pg = engines
+    cases: list[tuple[Any, Any]] = [
+        ({"colour": "red"}, None),
+        ({"and": [{"audience": "sre"}, {"team": "x"}]}, None),
+        ({"colour": "red"}, {"audience": "public"}),
+        ({"colour": "red"}, {"audience": "nobody-has-this"}),  # empty scope: no error, no hits
+        ({"audience": "public"}, {"tenant": "unknown-field"}),
+    ]
+    for flt, scope in cases:
+        outcomes = []
+        for engine in (embedded, pg):
+            try:
+                outcomes.append(("hits", ids(engine.search("pgbouncer", filter=flt, scope=scope))))
+            except Exception as exc:  # the same class and message from both backends
+                outcomes.append((type(exc).__name__, str(exc)))
+        assert outcomes[0] == outcomes[1], (flt, scope)
+    _no_copies(pg)
+
+
+def test_memories_recency_and_expansion_on_postgres(pg_server: Any, tmp_path: Path) -> None:
+    """Recency weighting reads created_at and kind of the fused candidates from the database;
+    expansion walks the graph leg's in-memory graph, with a filter as a mask."""
+    embedded = _engine(tmp_path / "emb")
+    pg = _engine(pg_server.url + "&schema=engine_memories")
+    try:
+        for engine in (embedded, pg):
+            engine.ingest([SAMPLE])
+            for i, text in enumerate(
+                [
+                    "pgbouncer pool exhausted again after the deploy",
+                    "ERR-4413 seen on checkout, retried",
+                    "pgbouncer settings rolled back",
+                ]
+            ):
+                engine.remember(text, session="s1", timestamp=f"2026-11-{20 + i:02d}T10:00:00Z")
+        now = 1_796_000_000.0  # a fixed reference time, after every memory
+        for query in ("pgbouncer", "ERR-4413 checkout"):
+            want = embedded.recall(query, k=5, as_of=now)
+            got = pg.recall(query, k=5, as_of=now)
+            assert ids(got) == ids(want)
+            assert [[(c.leg, c.rank) for c in h.contributions] for h in got.hits] == [
+                [(c.leg, c.rank) for c in h.contributions] for h in want.hits
+            ]
+        cfg = replace(preset_config("default"), expand=ExpandConfig(enabled=True))
+        for flt in (None, {"audience": "sre"}):
+            want = embedded.search(
+                "what else broke after the pgbouncer migration", config=cfg, filter=flt, k=20
+            )
+            got = pg.search(
+                "what else broke after the pgbouncer migration", config=cfg, filter=flt, k=20
+            )
+            assert ids(got) == ids(want)
+            assert [h.expansion for h in got.hits] == [h.expansion for h in want.hits]
+            if flt is None:
+                assert any(h.expansion for h in got.hits)
+        _no_copies(pg)
+    finally:
+        embedded.close()
+        pg.close()

@@ -26,7 +26,9 @@ Per query, in SQL:
 
 PageRank (the embedded leg multiplies scores by ``1 + pagerank_weight × rank``) is global and
 iterative and the schema has no column for it: it is computed here once per graph state (the
-same code as the embedded index, from one read of the graph tables) and kept in memory. The
+same code as the embedded index, from one read of the graph tables into a
+:class:`~clew.index.graph.GraphIndex`, kept in memory and shared with what walks the graph per
+query: expansion and the feature reranker, :meth:`PgGraph.index`). The
 database returns only the chunks whose hop score could still reach the top ``k`` after that
 boost (``score × (1 + w) ≥ k-th score``), so the ranking is exact without reading every hit.
 The graph state is recognized by (live chunks, max ordinal, max concept id, concepts, links);
@@ -208,7 +210,7 @@ class _Cached:
 
     state: tuple[int, ...] = ()
     max_words: int | None = None
-    pagerank: npt.NDArray[np.float64] | None = None
+    graph: GraphIndex | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -312,7 +314,7 @@ class PgGraph:
         cache = self._cache
         with cache.lock:
             if cache.state != state:
-                cache.state, cache.max_words, cache.pagerank = state, None, None
+                cache.state, cache.max_words, cache.graph = state, None, None
             if cache.max_words is None:
                 row = conn.execute(
                     "SELECT coalesce(max(length(key) - length(replace(key, ' ', ''))), 0) + 1 "
@@ -411,11 +413,24 @@ class PgGraph:
         self, conn: psycopg.Connection[Any], state: tuple[int, ...]
     ) -> npt.NDArray[np.float64]:
         """Chunk PageRank (scaled to [0, 1]) for this graph state, computed once per state."""
+        return self._index(conn, state).pagerank_chunk
+
+    def index(self) -> GraphIndex:
+        """The whole graph in memory (as the embedded leg holds it), for what walks it per
+        query: graph expansion, the feature reranker's signals, document layouts. Built from one
+        read of the graph tables on first use and kept while the graph state stays the same;
+        the graph leg builds it anyway for PageRank."""
+        with self._connect() as conn:
+            row = conn.execute(_STATE).fetchone()
+            assert row is not None
+            return self._index(conn, tuple(int(v) for v in row))
+
+    def _index(self, conn: psycopg.Connection[Any], state: tuple[int, ...]) -> GraphIndex:
         cache = self._cache
         with cache.lock:
             if cache.state != state:
-                cache.state, cache.max_words, cache.pagerank = state, None, None
-            if cache.pagerank is None:
+                cache.state, cache.max_words, cache.graph = state, None, None
+            if cache.graph is None:
                 rows = GraphRows(
                     concepts=conn.execute(
                         "SELECT concept_id, key, label, kind FROM concepts ORDER BY concept_id"
@@ -432,8 +447,8 @@ class PgGraph:
                     ).fetchall(),
                 )
                 size = max((int(r[0]) for r in rows.chunks), default=-1) + 1
-                cache.pagerank = GraphIndex.build(rows, size, -1).pagerank_chunk
-            return cache.pagerank
+                cache.graph = GraphIndex.build(rows, size, -1)
+            return cache.graph
 
 
 def _predicate(where: Where) -> sql.Composable:

@@ -7,23 +7,34 @@ hidden chunk never enters a candidate list, like the embedded legs' masks.
 BM25 parameters. pg_search 0.21 scores with tantivy's fixed ``k1 = 1.2, b = 0.75`` and
 one-byte quantized field lengths; its index options accept no ``k1``/``b`` (unknown keys are
 silently ignored; per-field ``k1``/``b`` arrived in pg_search 0.23). So :class:`PgLexical` has
-two scorings:
+three scorings:
 
-- ``"exact"`` (default): pg_search finds the chunks holding a query term (``@@@`` term set, the
-  filter in the same query), and the BM25 of the embedded index (any ``k1``/``b``, exact lengths,
-  query term weights) is computed in SQL from the tokens of those chunks; document frequencies
-  come from pg_search counts, the corpus size and mean length from :meth:`PgLexical.corpus_stats`
-  (pass them in, cached per release, to save a scan of ``chunks`` per query). Same scores as
-  :class:`clew.index.lexical.BM25Index` up to float rounding. Cost grows with the number of
-  allowed chunks that hold any query term.
-- ``"native"``: ``paradedb.score`` with per-term boosts, tantivy's top-k (block-max WAND). Fast,
-  but ``k1``/``b`` are tantivy's, not the engine's (``bench/pg_legs.py`` measures the overlap).
+- ``"rescore"`` (what the engine uses): pg_search's own BM25 (block-max WAND, each query term
+  boosted by its query weight) picks the top ``max(rescore_factor × k, rescore_min)`` allowed
+  chunks, and the BM25 of the embedded index (the engine's ``k1``/``b``, exact lengths, query
+  term weights, document frequencies from pg_search counts) re-ranks them in SQL. The result is
+  the exact ranking whenever the engine's top ``k`` lies inside tantivy's top candidates, which
+  the two BM25 variants make nearly certain: ``bench/pg_legs.py`` measures it (identical top-50
+  on SciFact and on 100k synthetic chunks at the defaults). Cost grows with the candidate count,
+  not the corpus.
+- ``"exact"``: pg_search finds every allowed chunk holding a query term, and the embedded
+  index's BM25 is computed in SQL from the tokens of all of them. Same scores as
+  :class:`clew.index.lexical.BM25Index` up to float rounding, always; cost grows with the number
+  of allowed chunks that hold any query term (seconds at 100k chunks for common terms).
+- ``"native"``: ``paradedb.score`` with per-term boosts, tantivy's top-k. Fastest, but
+  ``k1``/``b`` are tantivy's, not the engine's (``bench/pg_legs.py`` measures the overlap).
+
+Corpus size and mean length come from :meth:`PgLexical.corpus_stats` (pass them in, cached per
+release, to save a scan of ``chunks`` per query); document frequencies are cached per instance
+with ``cache_df`` (one instance per release).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -36,7 +47,7 @@ from psycopg import sql
 from clew.types import LegHit
 
 Connect = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
-Scoring = Literal["exact", "native"]
+Scoring = Literal["exact", "native", "rescore"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +64,7 @@ class CorpusStats:
 
 _TERMS = sql.SQL("(SELECT array_agg(paradedb.term('tokens', t)) FROM unnest({}::text[]) AS u(t))")
 
-_EXACT = """
-WITH q AS (SELECT * FROM unnest({terms}::text[], {iw}::float8[]) AS q(term, iw)),
-cand AS MATERIALIZED (
-    SELECT c.ordinal, string_to_array(c.tokens, ' ') AS toks
-    FROM chunks AS c
-    WHERE c.tokens @@@ paradedb.term_set(terms => {match}) AND ({where})
-)
+_BM25 = """
 SELECT cand.ordinal,
        sum(q.iw * m.tf * ({k1} + 1.0)
            / (m.tf + {k1} * (1.0 - {b} + {b} * cardinality(cand.toks) / {avgdl}))) AS score
@@ -73,6 +78,29 @@ GROUP BY cand.ordinal
 ORDER BY score DESC, cand.ordinal
 LIMIT {k}
 """
+"""The engine's BM25 of the chunks in ``cand`` (ordinal, tokens as an array)."""
+
+_EXACT = (
+    """
+WITH q AS (SELECT * FROM unnest({terms}::text[], {iw}::float8[]) AS q(term, iw)),
+cand AS MATERIALIZED (
+    SELECT c.ordinal, string_to_array(c.tokens, ' ') AS toks
+    FROM chunks AS c
+    WHERE c.tokens @@@ paradedb.term_set(terms => {match}) AND ({where})
+)"""
+    + _BM25
+)
+
+_RESCORE = (
+    """
+WITH q AS (SELECT * FROM unnest({terms}::text[], {iw}::float8[]) AS q(term, iw)),
+top AS MATERIALIZED ({top}),
+cand AS MATERIALIZED (
+    SELECT c.ordinal, string_to_array(c.tokens, ' ') AS toks
+    FROM top JOIN chunks AS c ON c.ordinal = top.ordinal
+)"""
+    + _BM25
+)
 
 _NATIVE_MATCH = """
 c.ordinal @@@ paradedb.boolean(should => (
@@ -100,13 +128,102 @@ LIMIT {k}
 
 
 class PgLexical:
-    """BM25 over ``chunks.tokens`` with the filter inside the query (see the module doc)."""
+    """BM25 over ``chunks.tokens`` with the filter inside the query (see the module doc).
 
-    def __init__(self, connect: Connect, *, scoring: Scoring = "exact") -> None:
-        if scoring not in ("exact", "native"):
-            raise ValueError(f"scoring={scoring!r} is invalid; allowed: 'exact', 'native'")
+    ``cache_df``: keep each term's document frequency once counted. Only for an instance that
+    lives for one release (the engine makes one per snapshot): frequencies change with writes."""
+
+    def __init__(
+        self,
+        connect: Connect,
+        *,
+        scoring: Scoring = "exact",
+        cache_df: bool = False,
+        rescore_factor: int = 6,
+        rescore_min: int = 300,
+    ) -> None:
+        if scoring not in ("exact", "native", "rescore"):
+            raise ValueError(
+                f"scoring={scoring!r} is invalid; allowed: 'exact', 'native', 'rescore'"
+            )
+        if rescore_factor < 1 or rescore_min < 1:
+            raise ValueError(
+                f"rescore_factor={rescore_factor!r}, rescore_min={rescore_min!r} are invalid; "
+                "allowed: at least 1 each"
+            )
         self.connect = connect
         self.scoring = scoring
+        self.rescore_factor = rescore_factor
+        self.rescore_min = rescore_min
+        self._df: dict[str, int] | None = {} if cache_df else None
+        self._df_lock = threading.Lock()
+
+    def doc_freqs(self, conn: psycopg.Connection[Any], terms: Sequence[str]) -> dict[str, int]:
+        """How many chunks hold each term (one pg_search count per term not cached yet)."""
+        cache = self._df
+        if cache is not None:
+            with self._df_lock:
+                known = {t: cache[t] for t in terms if t in cache}
+        else:
+            known = {}
+        todo = [t for t in dict.fromkeys(terms) if t not in known]
+        if todo:
+            rows = conn.execute(
+                "SELECT u.t, (SELECT count(*) FROM chunks AS c "
+                "WHERE c.tokens @@@ paradedb.term('tokens', u.t)) FROM unnest(%s::text[]) AS u(t)",
+                (todo,),
+            ).fetchall()
+            found = {str(t): int(n) for t, n in rows}
+            if cache is not None:
+                with self._df_lock:
+                    if len(cache) > 100_000:
+                        cache.clear()
+                    cache.update(found)
+            known.update(found)
+        return known
+
+    def idf(self, terms: Sequence[str], stats: CorpusStats) -> dict[str, float]:
+        """BM25 idf of each term, as :meth:`clew.index.lexical.BM25Index.idf` (df 0: highest)."""
+        usable = [t for t in terms if t and "\x00" not in t]
+        with self.connect() as conn:
+            df = self.doc_freqs(conn, usable)
+        n = stats.n_docs
+        return {t: math.log(1.0 + (n - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)) for t in terms}
+
+    def scores_of(
+        self,
+        terms: Mapping[str, float],
+        ordinals: Sequence[int],
+        *,
+        k1: float = 0.9,
+        b: float = 0.4,
+        stats: CorpusStats,
+    ) -> dict[int, float]:
+        """BM25 of the given chunks (0 for one without a query term; absent: no such chunk)."""
+        weighted = {t: float(w) for t, w in terms.items() if w > 0 and t and "\x00" not in t}
+        wanted = sorted({int(o) for o in ordinals})
+        if not wanted:
+            return {}
+        with self.connect() as conn:
+            rows = conn.execute(
+                "SELECT ordinal, tokens FROM chunks WHERE ordinal = ANY(%s)", (wanted,)
+            ).fetchall()
+            df = self.doc_freqs(conn, list(weighted)) if weighted else {}
+        n, avgdl = stats.n_docs, max(stats.avgdl, 1e-9)
+        idf = {
+            t: math.log(1.0 + (n - df[t] + 0.5) / (df[t] + 0.5))
+            for t in weighted
+            if df.get(t, 0) > 0
+        }
+        out: dict[int, float] = {}
+        for ordinal, text in rows:
+            toks = text.split()
+            tf = Counter(t for t in toks if t in idf)
+            norm = k1 * (1.0 - b + b * len(toks) / avgdl)
+            out[int(ordinal)] = float(
+                sum(idf[t] * weighted[t] * (f * (k1 + 1.0) / (f + norm)) for t, f in tf.items())
+            )
+        return out
 
     @staticmethod
     def corpus_stats(conn: psycopg.Connection[Any]) -> CorpusStats:
@@ -147,17 +264,9 @@ class PgLexical:
         match = sql.SQL(_NATIVE_MATCH).format(
             terms=sql.Literal(words), weights=sql.Literal([weighted[t] for t in words])
         )
-        args = {"match": match, "where": where, "k": sql.Literal(int(k))}
-        try:
-            with conn.transaction():
-                rows = conn.execute(sql.SQL(_NATIVE).format(**args)).fetchall()
-        except psycopg.errors.InternalError_ as exc:
-            # pg_search 0.21 plans only simple predicates beside @@@ (COALESCE, CASE, IS TRUE,
-            # sublinks, regexes fail with "Unsupported query shape"): filter outside it instead,
-            # over every match (slower, same result)
-            if "Unsupported query shape" not in str(exc):
-                raise
-            rows = conn.execute(sql.SQL(_NATIVE_OUTSIDE).format(**args)).fetchall()
+        rows = _with_fallback(
+            conn, lambda top: top, {"match": match, "where": where, "k": sql.Literal(int(k))}
+        )
         return [LegHit(int(o), float(s)) for o, s in rows]
 
     def _exact(
@@ -171,12 +280,7 @@ class PgLexical:
         stats: CorpusStats | None,
     ) -> list[LegHit]:
         words = list(weighted)
-        df_rows = conn.execute(
-            "SELECT u.t, (SELECT count(*) FROM chunks AS c "
-            "WHERE c.tokens @@@ paradedb.term('tokens', u.t)) FROM unnest(%s::text[]) AS u(t)",
-            (words,),
-        ).fetchall()
-        df = {str(t): int(n) for t, n in df_rows}
+        df = self.doc_freqs(conn, words)
         present = [t for t in words if df.get(t, 0) > 0]
         if not present:
             return []
@@ -194,8 +298,45 @@ class PgLexical:
             avgdl=sql.Literal(max(stats.avgdl, 1e-9)),
             k=sql.Literal(int(k)),
         )
-        rows = conn.execute(query).fetchall()
+        if self.scoring == "exact":
+            rows = conn.execute(query).fetchall()
+        else:
+            pool = max(self.rescore_factor * k, self.rescore_min)
+            match = sql.SQL(_NATIVE_MATCH).format(
+                terms=sql.Literal(present), weights=sql.Literal([weighted[t] for t in present])
+            )
+            rows = _with_fallback(
+                conn,
+                lambda top: sql.SQL(_RESCORE).format(
+                    terms=sql.Literal(present),
+                    iw=sql.Literal(iw),
+                    top=top,
+                    k1=sql.Literal(float(k1)),
+                    b=sql.Literal(float(b)),
+                    avgdl=sql.Literal(max(stats.avgdl, 1e-9)),
+                    k=sql.Literal(int(k)),
+                ),
+                {"match": match, "where": where, "k": sql.Literal(pool)},
+            )
         return [LegHit(int(o), float(s)) for o, s in rows if s > 0]
+
+
+def _with_fallback(
+    conn: psycopg.Connection[Any],
+    wrap: Callable[[sql.Composed], sql.Composed],
+    args: dict[str, sql.Composable],
+) -> list[tuple[Any, ...]]:
+    """Run ``wrap(top)``, where ``top`` is tantivy's top ``k`` allowed matches (ordinal,
+    score). pg_search 0.21 plans only simple predicates beside ``@@@`` (COALESCE, CASE, IS TRUE,
+    sublinks, regexes fail with "Unsupported query shape"): for such a filter the top is taken
+    with the filter outside the search, over every match (slower, same result)."""
+    try:
+        with conn.transaction():
+            return conn.execute(wrap(sql.SQL(_NATIVE).format(**args))).fetchall()
+    except psycopg.errors.InternalError_ as exc:
+        if "Unsupported query shape" not in str(exc):
+            raise
+    return conn.execute(wrap(sql.SQL(_NATIVE_OUTSIDE).format(**args))).fetchall()
 
 
 class PgVector:
@@ -228,6 +369,17 @@ class PgVector:
         ).format(where, sql.Literal(self.exact_max_allowed + 1))
         row = conn.execute(query).fetchone()
         return int(row[0]) if row else 0
+
+    def vectors_of(self, ordinals: Sequence[int]) -> dict[int, npt.NDArray[np.float32]]:
+        """The stored embedding of each given chunk (absent: no such chunk)."""
+        wanted = sorted({int(o) for o in ordinals})
+        if not wanted:
+            return {}
+        with self.connect() as conn, conn.cursor(binary=True) as cur:
+            rows = cur.execute(
+                "SELECT ordinal, embedding FROM chunks WHERE ordinal = ANY(%s)", (wanted,)
+            ).fetchall()
+        return {int(o): np.asarray(v.to_numpy(), dtype=np.float32) for o, v in rows}
 
     def search(
         self, vector: npt.ArrayLike, where: sql.Composable, k: int, *, exact: bool | None = None

@@ -18,12 +18,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from clew.config import DenseConfig, EmbedderConfig, EngineConfig, RecencyConfig, preset_config
+from clew.config import EmbedderConfig, EngineConfig, RecencyConfig, preset_config
 from clew.errors import ConfigError, QueryError, StoreError
 from clew.filters import Mask, MetadataColumns, matches, parse_filter, parse_time, to_json
 from clew.index.graph import GraphIndex, LinkedConcept
@@ -39,6 +40,7 @@ from clew.retrieve.expand import ExpandStats, expand
 from clew.retrieve.fuse import Fused, dedup, rrf
 from clew.retrieve.rerank import build_reranker, leg_features, recency, rerank
 from clew.retrieve.route import route
+from clew.retrieve.sql_legs import ChunkKeys, SqlLegs
 from clew.store.sqlite import SQLiteStore
 from clew.types import (
     Contribution,
@@ -115,19 +117,57 @@ class _ReadWriteLock:
 @dataclass(slots=True)
 class _Snapshot:
     release: int
-    lexical: BM25Index
-    vector: VectorIndex
-    graph: GraphIndex
+    _lexical: BM25Index | None
+    _vector: VectorIndex | None
+    _graph: GraphIndex | None
     live: Mask
     store: SQLiteStore | PostgresStore
-    keys: dict[int, tuple[str, str]]
-    """Ordinal → (chunk id, content hash) of every chunk, for fusion ties and dedup."""
+    keys: Mapping[int, tuple[str, str]]
+    """Ordinal → (chunk id, content hash), for fusion ties and dedup: every chunk in memory for
+    an embedded index; read on demand (:class:`~clew.retrieve.sql_legs.ChunkKeys`) for
+    PostgreSQL."""
     _columns: MetadataColumns | None = None
     _masks: OrderedDict[str, Mask] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _memories: bool | None = None
-    sql: _SqlLegs | None = None
+    sql: SqlLegs | None = None
     """The legs in SQL when the store is PostgreSQL (None: the in-memory legs)."""
+    _build: Callable[[str], Any] | None = None
+    """Builds a derived index that is not in memory (PostgreSQL: only if something asks)."""
+    _build_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _lazy(self, name: str) -> Any:
+        with self._build_lock:
+            current = getattr(self, "_" + name)
+            if current is None:
+                assert self._build is not None
+                current = self._build(name)
+                setattr(self, "_" + name, current)
+            return current
+
+    @property
+    def lexical(self) -> BM25Index:
+        """The in-memory BM25 index (PostgreSQL: built from the database on first use; the
+        query path never asks for it there)."""
+        return self._lexical if self._lexical is not None else self._lazy("lexical")
+
+    @property
+    def vector(self) -> VectorIndex:
+        """The in-memory vector index (PostgreSQL: as :attr:`lexical`)."""
+        return self._vector if self._vector is not None else self._lazy("vector")
+
+    @property
+    def graph(self) -> GraphIndex:
+        """The in-memory graph (PostgreSQL: the graph leg's, loaded once per graph state when a
+        query first walks it)."""
+        if self.sql is not None:
+            return self.sql.graph.index()  # type: ignore[no-any-return]
+        return self._graph if self._graph is not None else self._lazy("graph")
+
+    def load_keys(self, ordinals: Iterable[int]) -> None:
+        """Make the keys of these ordinals cheap to read (PostgreSQL: one query)."""
+        if isinstance(self.keys, ChunkKeys):
+            self.keys.load(list(ordinals))
 
     def columns(self) -> MetadataColumns:
         with self._lock:
@@ -174,39 +214,6 @@ class _Snapshot:
             if len(self._masks) > 64:
                 self._masks.popitem(last=False)
             return mask
-
-
-class _SqlLegs:
-    """The three legs of a PostgreSQL store, run in the database with the filter compiled to
-    one SQL predicate (:mod:`clew.filters_sql`). Hits are kept only if live in the snapshot's
-    release, so a write that commits while a leg runs never mixes releases into a result."""
-
-    def __init__(self, store: PostgresStore, release: int, dense: DenseConfig) -> None:
-        from clew.index.pg_graph import PgGraph
-        from clew.index.pg_legs import PgLexical, PgVector
-
-        self.release = release
-        self.lexical = PgLexical(store.connection, scoring="exact")
-        # exact where the embedded leg is exact: small corpora and selective filters
-        self.vector = PgVector(
-            store.connection,
-            ef_search=dense.ef_search,
-            exact_max_allowed=max(dense.exact_max_allowed, dense.hnsw_min_chunks - 1),
-        )
-        self.graph = PgGraph(store.connection)
-        with store.connection() as conn:
-            self.stats = PgLexical.corpus_stats(conn)
-
-    @staticmethod
-    def where(filter_node: Any, scope_node: Any, exclude_docs: Sequence[str]) -> Any:
-        from psycopg import sql
-
-        from clew.filters_sql import and_where, compile_filter
-
-        parts = [compile_filter(filter_node), compile_filter(scope_node)]
-        if exclude_docs:
-            parts.append(sql.SQL("c.doc_id <> ALL({})").format(sql.Literal(list(exclude_docs))))
-        return and_where(*parts)
 
 
 def _is_url(target: str | Path) -> bool:
@@ -408,6 +415,8 @@ class Engine:
         self._injected_encoder = encoder is not None
         self._extractor = extractor
         self._snapshot: _Snapshot | None = None
+        self._pg: tuple[Any, ChunkKeys] | None = None
+        """PostgreSQL: the graph leg and the chunk keys, shared by every snapshot."""
         self._sync_lock = threading.Lock()
         """Guards the model, calibration and trace caches (never held while waiting on _rw)."""
         self._refresh_lock = threading.Lock()
@@ -627,6 +636,8 @@ class Engine:
         committed release even while other connections or processes commit. Derived files are
         saved afterwards, best effort: they are a cache of the store, so a failed save (disk
         full, read-only directory) is logged and the next open catches up or rebuilds."""
+        if self.url is not None:
+            return self._sync_sql()
         d = self.directory
         saves: list[tuple[str, Callable[[Path], None]]] = []
         with self.store.reading():
@@ -693,13 +704,41 @@ class Engine:
                         d,
                         exc,
                     )
-        snap = _Snapshot(release, lexical, vector, graph, live, self.store, keys)
-        if self.url is not None:
-            from clew.store.postgres import PostgresStore
+        return _Snapshot(release, lexical, vector, graph, live, self.store, keys)
 
-            assert isinstance(self.store, PostgresStore)
-            snap.sql = _SqlLegs(self.store, release, self.config.dense)
+    def _sync_sql(self) -> _Snapshot:
+        """A snapshot of a PostgreSQL store: the release and its live chunks. The legs run in
+        the database; no derived index is copied into memory (the graph is loaded by the graph
+        leg when a query first needs it, see :mod:`clew.retrieve.sql_legs`)."""
+        from clew.index.pg_graph import PgGraph
+        from clew.store.postgres import PostgresStore
+
+        store = self.store
+        assert isinstance(store, PostgresStore)
+        if self._pg is None:
+            self._pg = (PgGraph(store.connection), ChunkKeys(store))
+        graph, keys = self._pg
+        with store.reading():
+            release = store.release()
+            size = store.max_ordinal() + 1
+            live = np.zeros(size, dtype=bool)
+            live[store.live_ordinals()] = True
+        snap = _Snapshot(release, None, None, None, live, store, keys, _build=self._build_index)
+        snap.sql = SqlLegs(store, release, self.config.dense, graph)
         return snap
+
+    def _build_index(self, name: str) -> Any:
+        """An in-memory copy of a derived index from the store, for a path that has no SQL
+        form (none of search, ask, similar or the reranker needs one)."""
+        log.warning("building the in-memory %s index from %s", name, display_target(self.url or ""))
+        if name == "lexical":
+            return self._rebuild_lexical()
+        if name == "vector":
+            vector = VectorIndex(int(self.store.get_meta("dim") or 384), self.config.dense)
+            vector.add(self.store.iter_vectors(0))
+            return vector
+        size = self.store.max_ordinal() + 1
+        return GraphIndex.build(self.store.graph_rows(), size, self.store.release())
 
     def _rebuild_lexical(self) -> BM25Index:
         idx = BM25Index()
@@ -848,12 +887,30 @@ class Engine:
 
         t = time.perf_counter()
         snap = self._snap()
-        allowed = snap.allowed(filter_json, scope_json)
-        if exclude_docs:
-            allowed = allowed.copy()
-            chunks = snap.graph.layout().doc_chunks
-            for doc in exclude_docs:
-                allowed[[o for o in chunks.get(doc, ()) if o < len(allowed)]] = False
+        sql_legs = snap.sql
+        filtered = node is not None or scope_node is not None or bool(exclude_docs)
+
+        def mask() -> Mask:
+            """The live chunks this request may see, as a mask over ordinals."""
+            allowed = snap.allowed(filter_json, scope_json)
+            if exclude_docs:
+                allowed = allowed.copy()
+                if sql_legs is not None:
+                    hidden = sql_legs.doc_ordinals(exclude_docs)
+                else:
+                    chunks = snap.graph.layout().doc_chunks
+                    hidden = [o for doc in exclude_docs for o in chunks.get(doc, ())]
+                allowed[[o for o in hidden if o < len(allowed)]] = False
+            return allowed
+
+        where: Any = None
+        allowed: Mask | None = None
+        if sql_legs is not None:
+            # the filter runs in the database; a mask is built only if expansion needs one
+            sql_legs.check_fields(node, scope_node)
+            where = sql_legs.where(node, scope_node, exclude_docs)
+        else:
+            allowed = mask()
         timings["filter"] = _ms(t)
 
         # the query embedding is the longest stage: start it now, link and route meanwhile
@@ -862,16 +919,14 @@ class Engine:
             embedding = self._pool.submit(self._embed_query, query, timings)
 
         t = time.perf_counter()
-        sql_legs = snap.sql
-        where: Any = None
         if sql_legs is not None:
-            where = sql_legs.where(node, scope_node, exclude_docs)
             linked = sql_legs.graph.link(
                 query, fuzzy=cfg.graph.fuzzy, word_weight=cfg.graph.word_weight
             )
-            if allowed is not snap.live:
+            if filtered:
                 linked = sql_legs.graph.within(linked, where)
         else:
+            assert allowed is not None
             linked = snap.graph.link(
                 query, fuzzy=cfg.graph.fuzzy, word_weight=cfg.graph.word_weight
             )
@@ -915,25 +970,28 @@ class Engine:
                     sl.graph.search(query, where, cfg.graph.depth, cfg.graph, linked)
                 )
         else:
+            assert allowed is not None
+            mask_ = allowed
             if "lexical" in chosen.legs:
                 pooled["lexical"] = lambda: snap.lexical.search(
-                    tokens, allowed, cfg.lexical.depth, k1=cfg.lexical.k1, b=cfg.lexical.b
+                    tokens, mask_, cfg.lexical.depth, k1=cfg.lexical.k1, b=cfg.lexical.b
                 )
             if "dense" in chosen.legs:
 
                 def dense() -> list[LegHit]:
                     assert embedding is not None
-                    return snap.vector.search(embedding.result(), allowed, cfg.dense.depth)
+                    return snap.vector.search(embedding.result(), mask_, cfg.dense.depth)
 
                 inline["dense"] = dense
             if "graph" in chosen.legs:
                 pooled["graph"] = lambda: snap.graph.search(
-                    query, allowed, cfg.graph.depth, cfg.graph, linked
+                    query, mask_, cfg.graph.depth, cfg.graph, linked
                 )
         lists = self._run_legs(pooled, inline, timings)
 
         t = time.perf_counter()
         keys = snap.keys
+        snap.load_keys(h.ordinal for hits in lists.values() for h in hits)
 
         def chunk_id(o: int) -> str:
             return keys[o][0]
@@ -958,8 +1016,10 @@ class Engine:
         pool = fused
         if (cfg.expand.enabled or chosen.expand) and fused:
             t = time.perf_counter()
+            if allowed is None:
+                allowed = mask() if filtered else snap.live
             pool, run.expand_stats = expand(
-                fused, snap.graph, allowed, cfg.expand, chunk_id, cfg.graph
+                fused, snap.graph, allowed, cfg.expand, chunk_id, cfg.graph, snap.load_keys
             )
             if cfg.fusion.dedup:
                 pool = dedup(pool, content_hash)
@@ -1025,16 +1085,29 @@ class Engine:
     ) -> list[dict[str, float]]:
         """The feature reranker's signals for each candidate (see :data:`rerank.FEATURES`)."""
         ords = np.array([f.ordinal for f in head], dtype=np.int64)
-        matrix = snap.vector.matrix
+        query = np.asarray(vector, dtype=np.float32)
         cos = np.zeros(len(ords))
-        inside = ords < len(matrix)
-        cos[inside] = matrix[ords[inside]] @ np.asarray(vector, dtype=np.float32)
         bm25 = np.zeros(len(ords))
-        full = snap.lexical.scores(tokens, int(ords.max()) + 1, k1=cfg.lexical.k1, b=cfg.lexical.b)
-        if full is not None:
-            bm25 = full[ords].astype(np.float64)
-            top = float(bm25.max())
-            bm25 = bm25 / top if top > 0 else bm25
+        sql_legs = snap.sql
+        if sql_legs is not None:  # the candidates' vectors and BM25 from the database
+            vectors = sql_legs.vector.vectors_of(ords.tolist())
+            for i, o in enumerate(ords.tolist()):
+                if o in vectors:
+                    cos[i] = float(vectors[o] @ query)
+            scores = sql_legs.bm25_of(tokens, ords.tolist(), cfg.lexical.k1, cfg.lexical.b)
+            bm25 = np.asarray([scores.get(o, 0.0) for o in ords.tolist()], dtype=np.float32)
+            bm25 = bm25.astype(np.float64)
+        else:
+            matrix = snap.vector.matrix
+            inside = ords < len(matrix)
+            cos[inside] = matrix[ords[inside]] @ query
+            full = snap.lexical.scores(
+                tokens, int(ords.max()) + 1, k1=cfg.lexical.k1, b=cfg.lexical.b
+            )
+            if full is not None:
+                bm25 = full[ords].astype(np.float64)
+        top = float(bm25.max()) if len(bm25) else 0.0
+        bm25 = bm25 / top if top > 0 else bm25
         g = snap.graph
         weights = {g.key_to_row[c.key]: c.weight for c in linked}
         total = sum(weights.values())
@@ -1146,7 +1219,11 @@ class Engine:
 
         t = time.perf_counter()
         snap = run.snap
-        idf = {term: snap.lexical.idf(term) for term in query_terms(question)}
+        asked = list(query_terms(question))
+        if snap.sql is not None:
+            idf = snap.sql.idf(asked)
+        else:
+            idf = {term: snap.lexical.idf(term) for term in asked}
         encoder = self.encoder if cfg.fusion.dense_weight > 0 else None
         selected = select_sentences(
             question,
@@ -1476,6 +1553,8 @@ class Engine:
         if not ordinals:  # an empty document has no chunk to mask: judge its metadata alone
             return matches(metadata, to_json(node))
         with self._reading() as snap:
+            if snap.sql is not None:
+                return snap.sql.visible(ordinals, node)
             allowed = snap.allowed(None, json.dumps(to_json(node), sort_keys=True))
             return all(o < len(allowed) and bool(allowed[o]) for o in ordinals)
 
@@ -1496,17 +1575,33 @@ class Engine:
                 [c[0] for c in found[1]], found[0]["metadata"], scope
             ):
                 raise StoreError(f"no document with id {doc_id!r} in the index")
-            own = [c[0] for c in found[1] if c[0] < len(snap.vector.matrix)]
-            if not own:
+            own = [int(c[0]) for c in found[1]]
+            searches: list[Callable[[], list[LegHit]]] = []
+            if snap.sql is not None:
+                sl = snap.sql
+                sl.check_fields(node, scope_node)
+                where = sl.where(node, scope_node, [doc_id])
+                vectors = sl.vector.vectors_of(own[:16])
+                for o in own[:16]:  # a long document: its first chunks stand for it
+                    if o in vectors:
+                        searches.append(partial(sl.vector.search, vectors[o], where, 10 * k))
+            else:
+                matrix = snap.vector.matrix
+                own = [o for o in own if o < len(matrix)]
+                allowed = snap.allowed(
+                    None if node is None else json.dumps(to_json(node), sort_keys=True),
+                    None if scope_node is None else json.dumps(to_json(scope_node), sort_keys=True),
+                ).copy()
+                allowed[[o for o in own if o < len(allowed)]] = False
+                for o in own[:16]:
+                    searches.append(partial(snap.vector.search, matrix[o], allowed, 10 * k))
+            if not searches:
                 return []
-            allowed = snap.allowed(
-                None if node is None else json.dumps(to_json(node), sort_keys=True),
-                None if scope_node is None else json.dumps(to_json(scope_node), sort_keys=True),
-            ).copy()
-            allowed[[o for o in own if o < len(allowed)]] = False
             best: dict[int, tuple[float, int]] = {}
-            for o in own[:16]:  # a long document: its first chunks stand for it
-                for hit in snap.vector.search(snap.vector.matrix[o], allowed, 10 * k):
+            for search in searches:
+                for hit in search():
+                    if hit.ordinal >= len(snap.live) or not snap.live[hit.ordinal]:
+                        continue  # written after this snapshot
                     prev = best.get(hit.ordinal)
                     if prev is None or hit.score > prev[0]:
                         best[hit.ordinal] = (hit.score, hit.ordinal)
@@ -1528,7 +1623,11 @@ class Engine:
             **self.store.counts(),
             "embedder": self.store.get_meta("embedder"),
             "analyzer": self.store.get_meta("analyzer"),
-            "hnsw": snap.vector.hnsw is not None,
+            "hnsw": (
+                snap.live.sum() >= self.config.dense.hnsw_min_chunks
+                if snap.sql is not None
+                else snap.vector.hnsw is not None
+            ),
         }
 
 
@@ -1578,16 +1677,28 @@ def _recency(
     nothing, so age never buries an exact match). Memories, and documents when configured;
     hits without ``created_at`` are left alone. Each boosted hit gets a ``recency``
     contribution: its new rank, its age in days as the raw score, and the part it gained."""
-    created = snap.columns().numeric("created_at")
-    if created is None:
-        return fused
-    memory = snap.memory_mask() if rc.memories else None
+    info: Callable[[int], tuple[float, bool]]
+    if snap.sql is not None:
+        known = snap.sql.recency_of([f.ordinal for f in fused], MEMORY_KIND)
+
+        def info(o: int) -> tuple[float, bool]:
+            return known.get(o, (math.nan, False))
+    else:
+        created = snap.columns().numeric("created_at")
+        if created is None:
+            return fused
+        memory = snap.memory_mask() if rc.memories else None
+
+        def info(o: int) -> tuple[float, bool]:
+            when = float(created[o]) if o < len(created) else math.nan
+            return when, memory is not None and o < len(memory) and bool(memory[o])
+
     out: list[Fused] = []
     gained: dict[int, tuple[float, float]] = {}
     for f in fused:
         o = f.ordinal
-        is_memory = memory is not None and o < len(memory) and bool(memory[o])
-        when = float(created[o]) if o < len(created) else math.nan
+        when, is_memory = info(o)
+        is_memory = is_memory and rc.memories
         if math.isnan(when) or not (rc.documents or is_memory):
             out.append(f)
             continue

@@ -22,7 +22,7 @@ and expansion scores; the contribution records what expansion added).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -218,8 +218,12 @@ def expand(
     config: ExpandConfig,
     chunk_id: Callable[[int], str],
     graph_config: GraphConfig | None = None,
+    load_keys: Callable[[Iterable[int]], None] | None = None,
 ) -> tuple[list[Fused], ExpandStats]:
-    """Add the chunks a short walk from the top seeds reaches; returns the re-ordered pool."""
+    """Add the chunks a short walk from the top seeds reaches; returns the re-ordered pool.
+
+    ``load_keys`` is told every chunk on the chosen paths before ``chunk_id`` is asked for
+    them (a store that reads keys on demand fetches them in one go)."""
     pool = list(fused)
     size = graph.mentions.shape[1]
     seeds = [f for f in pool[: config.seeds] if f.ordinal < size]
@@ -269,6 +273,14 @@ def expand(
     added = lifted = 0
     stacked = np.vstack([layer[0] for layer in layers])
     hops = np.argmax(stacked[:, chosen], axis=0)  # first layer with the best score
+    if load_keys is not None:
+        on_paths = set(chosen.tolist())
+        for end, hop in zip(chosen.tolist(), hops.tolist(), strict=True):
+            step = end
+            for h in range(hop, -1, -1):
+                step = int(layers[h][1][step])
+                on_paths.add(step)
+        load_keys(on_paths)
     for rank, (o, hop) in enumerate(zip(chosen.tolist(), hops.tolist(), strict=True), start=1):
         steps: list[PathStep] = []
         weight = 1.0
