@@ -892,14 +892,14 @@ class Engine:
 
         def mask() -> Mask:
             """The live chunks this request may see, as a mask over ordinals."""
+            if sql_legs is not None:  # the database evaluates the predicate
+                key = json.dumps([filter_json, scope_json, sorted(exclude_docs)])
+                return sql_legs.mask(key, where, snap.live)
             allowed = snap.allowed(filter_json, scope_json)
             if exclude_docs:
                 allowed = allowed.copy()
-                if sql_legs is not None:
-                    hidden = sql_legs.doc_ordinals(exclude_docs)
-                else:
-                    chunks = snap.graph.layout().doc_chunks
-                    hidden = [o for doc in exclude_docs for o in chunks.get(doc, ())]
+                chunks = snap.graph.layout().doc_chunks
+                hidden = [o for doc in exclude_docs for o in chunks.get(doc, ())]
                 allowed[[o for o in hidden if o < len(allowed)]] = False
             return allowed
 

@@ -17,11 +17,15 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from clew.config import DenseConfig
 from clew.errors import FilterError
-from clew.filters import Eq, Node, fields_of
+from clew.filters import Eq, Mask, Node, fields_of
 
 if TYPE_CHECKING:
+    from psycopg import sql
+
     from clew.store.postgres import PostgresStore
 
 __all__ = ["ChunkKeys", "SqlLegs"]
@@ -102,6 +106,7 @@ class SqlLegs:
         with store.connection() as conn:
             self.stats = PgLexical.corpus_stats(conn)
         self._fields: dict[str, tuple[bool, set[str]]] = {}
+        self._masks: dict[str, Mask] = {}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -237,15 +242,26 @@ class SqlLegs:
             ).fetchone()
         return bool(row and int(row[0]) == len(wanted))
 
-    def doc_ordinals(self, doc_ids: Sequence[str]) -> list[int]:
-        """The chunk ordinals of the given documents."""
-        if not doc_ids:
-            return []
-        with self.store.connection() as conn:
-            rows = conn.execute(
-                "SELECT ordinal FROM chunks WHERE doc_id = ANY(%s)", (list(doc_ids),)
-            ).fetchall()
-        return [int(r[0]) for r in rows]
+    def mask(self, key: str, where: sql.Composable, live: Mask) -> Mask:
+        """The live chunks ``where`` allows, as a mask (for what walks the in-memory graph);
+        ``key`` names the predicate for the cache (a few per release)."""
+        from psycopg import sql
+
+        with self._lock:
+            cached = self._masks.get(key)
+        if cached is not None:
+            return cached
+        with self.store.connection() as conn, conn.cursor(binary=True) as cur:
+            rows = cur.execute(sql.SQL("SELECT c.ordinal FROM chunks AS c WHERE {}").format(where))
+            ordinals = np.fromiter((r[0] for r in rows), dtype=np.int64)
+        out = np.zeros(len(live), dtype=bool)
+        out[ordinals[ordinals < len(live)]] = True
+        out &= live
+        with self._lock:
+            if len(self._masks) >= 16:
+                self._masks.pop(next(iter(self._masks)))
+            self._masks[key] = out
+        return out
 
     def idf(self, terms: Sequence[str]) -> dict[str, float]:
         return self.lexical.idf(terms, self.stats)
