@@ -61,8 +61,9 @@ def test_two_processes_ingesting_at_once_both_land_exactly_once(tmp_path: Path) 
     a, b = make_corpus(150, group=0, seed=3), make_corpus(150, group=1, seed=3)
     pa = write_corpus(tmp_path / "a.jsonl", a)
     pb = write_corpus(tmp_path / "b.jsonl", b)
-    procs = [spawn(index, p, "--group", "6", "--wait", "30") for p in (pa, pb)]
-    results = [communicate(p) for p in procs]
+    procs = [spawn(index, p, "--group", "6", "--wait", "120") for p in (pa, pb)]
+    # generous: two processes interleave 25 ingests each, and a loaded CI box is slow
+    results = [communicate(p, timeout=300) for p in procs]
     for code, out, err in results:
         assert code == 0, (out, err[-3000:])
         assert out.splitlines()[-1].startswith("done"), out
