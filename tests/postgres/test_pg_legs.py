@@ -223,3 +223,48 @@ def test_hnsw_recall(schema_conn: Callable[[int], Any]) -> None:
     assert recall_at_10(conn, m, TRUE, queries) >= 0.95
     selective = compile_filter(parse_filter({"bucket": 3}))  # 5%
     assert recall_at_10(conn, m, selective, queries) >= 0.95
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        None,
+        {"group": {"lt": 50}},  # half the chunks: oversampled without the filter in pg_search
+        {"tags": "t3"},  # a seventh
+        {"group": 42},  # 1%: the filter goes to pg_search
+    ],
+)
+def test_lexical_rescore_matches_embedded(corpus: Any, spec: Any) -> None:
+    """pg_search picks the candidates, the engine's BM25 re-ranks them: the same ranking as
+    the embedded index here, whether the filter goes to pg_search or the candidates are
+    oversampled and filtered afterwards, and whether the oversample held enough or not."""
+    conn, _, rows = corpus
+    idx = BM25Index()
+    idx.add([(o, toks) for o, toks, _, _ in rows])
+    node = parse_filter(spec)
+    where = compile_filter(node)
+    allowed = np.zeros(len(rows) + 1, dtype=bool)
+    for o, _, _, md in rows:
+        allowed[o] = spec is None or (
+            md["group"] < 50
+            if spec == {"group": {"lt": 50}}
+            else "t3" in md["tags"]
+            if "tags" in spec
+            else md["group"] == 42
+        )
+    share = float(allowed.sum()) / len(rows)
+    stats = PgLexical.corpus_stats(conn)
+    for rescore_min in (300, 60):
+        leg = PgLexical(connector(conn), scoring="rescore", rescore_min=rescore_min)
+        for terms in ({"w1": 1.0, "w7": 0.5}, {"common": 1.0, "w100": 2.0}, {"w3": 1.0}):
+            want = idx.search(terms, allowed, 10)
+            for known in (None, share if spec is not None else None):
+                got = leg.search(terms, where, 10, stats=stats, allowed_share=known)
+                assert [h.ordinal for h in got] == [h.ordinal for h in want], (terms, known)
+                assert np.allclose([h.score for h in got], [h.score for h in want], rtol=1e-5)
+    # a share that claims too much: the oversample holds too few, the filter goes to pg_search
+    leg = PgLexical(connector(conn), scoring="rescore", rescore_min=50)
+    if spec is not None:
+        want = idx.search({"common": 1.0}, allowed, 10)
+        got = leg.search({"common": 1.0}, where, 10, stats=stats, allowed_share=0.99)
+        assert [h.ordinal for h in got] == [h.ordinal for h in want]

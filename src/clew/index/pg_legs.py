@@ -16,7 +16,10 @@ three scorings:
   the exact ranking whenever the engine's top ``k`` lies inside tantivy's top candidates, which
   the two BM25 variants make nearly certain: ``bench/pg_legs.py`` measures it (identical top-50
   on SciFact and on 100k synthetic chunks at the defaults). Cost grows with the candidate count,
-  not the corpus.
+  not the corpus. pg_search evaluates a PostgreSQL predicate beside ``@@@`` row by row, which is
+  slow for a filter that keeps many rows; given the share the filter allows, the candidates are
+  the top ``pool / share`` of all matches filtered afterwards, the same chunks whenever enough
+  pass (else the filter goes to pg_search after all).
 - ``"exact"``: pg_search finds every allowed chunk holding a query term, and the embedded
   index's BM25 is computed in SQL from the tokens of all of them. Same scores as
   :class:`clew.index.lexical.BM25Index` up to float rounding, always; cost grows with the number
@@ -244,18 +247,21 @@ class PgLexical:
         k1: float = 0.9,
         b: float = 0.4,
         stats: CorpusStats | None = None,
+        allowed_share: float | None = None,
     ) -> list[LegHit]:
         """Top-k chunks by BM25 among those ``where`` allows (score desc, ordinal asc).
 
         ``terms``: query term → weight (:func:`clew.ingest.analyze.query_terms`); ``k1``/``b``
-        apply to the exact scoring only (native scoring is tantivy's 1.2/0.75)."""
+        apply to the exact and rescore scorings (native scoring is tantivy's 1.2/0.75).
+        ``allowed_share``: the share of chunks ``where`` allows, when known (rescore uses it to
+        find the candidates without handing a broad filter to pg_search)."""
         weighted = {t: float(w) for t, w in terms.items() if w > 0 and t and "\x00" not in t}
         if not weighted or k <= 0:
             return []
         with self.connect() as conn:
             if self.scoring == "native":
                 return self._native(conn, weighted, where, k)
-            return self._exact(conn, weighted, where, k, k1, b, stats)
+            return self._exact(conn, weighted, where, k, k1, b, stats, allowed_share)
 
     def _native(
         self, conn: psycopg.Connection[Any], weighted: dict[str, float], where: Any, k: int
@@ -278,6 +284,7 @@ class PgLexical:
         k1: float,
         b: float,
         stats: CorpusStats | None,
+        allowed_share: float | None = None,
     ) -> list[LegHit]:
         words = list(weighted)
         df = self.doc_freqs(conn, words)
@@ -305,9 +312,9 @@ class PgLexical:
             match = sql.SQL(_NATIVE_MATCH).format(
                 terms=sql.Literal(present), weights=sql.Literal([weighted[t] for t in present])
             )
-            rows = _with_fallback(
-                conn,
-                lambda top: sql.SQL(_RESCORE).format(
+
+            def rescore(top: sql.Composed) -> sql.Composed:
+                return sql.SQL(_RESCORE).format(
                     terms=sql.Literal(present),
                     iw=sql.Literal(iw),
                     top=top,
@@ -315,10 +322,51 @@ class PgLexical:
                     b=sql.Literal(float(b)),
                     avgdl=sql.Literal(max(stats.avgdl, 1e-9)),
                     k=sql.Literal(int(k)),
-                ),
-                {"match": match, "where": where, "k": sql.Literal(pool)},
-            )
+                )
+
+            top = self._oversampled(conn, match, where, pool, allowed_share, sum(df.values()))
+            if top is not None:
+                rows = conn.execute(rescore(top)).fetchall()
+            else:
+                rows = _with_fallback(
+                    conn, rescore, {"match": match, "where": where, "k": sql.Literal(pool)}
+                )
         return [LegHit(int(o), float(s)) for o, s in rows if s > 0]
+
+    @staticmethod
+    def _oversampled(
+        conn: psycopg.Connection[Any],
+        match: sql.Composable,
+        where: sql.Composable,
+        pool: int,
+        share: float | None,
+        matches: int,
+    ) -> sql.Composed | None:
+        """Tantivy's top ``pool`` allowed matches, found without handing the filter to
+        pg_search (which evaluates a PostgreSQL predicate row by row, slow for a filter that
+        keeps many rows): the top ``pool / share`` of all matches, filtered afterwards. That
+        gives exactly the same chunks whenever at least ``pool`` of them pass the filter or
+        the oversampled top held every match; otherwise None (the caller hands the filter to
+        pg_search). ``share``: the share of chunks the filter allows (None: no filter)."""
+        if share is None or share <= 0.02:
+            return None  # no filter, or one so selective that pg_search's own way is cheaper
+        n = min(math.ceil(1.5 * pool / share), 50_000)
+        query = sql.SQL(
+            "SELECT t.ordinal FROM ({top}) AS t JOIN chunks AS c ON c.ordinal = t.ordinal "
+            "WHERE ({where}) ORDER BY t.score DESC, t.ordinal LIMIT {pool}"
+        ).format(
+            top=sql.SQL(_NATIVE).format(match=match, where=sql.SQL("TRUE"), k=sql.Literal(n)),
+            where=where,
+            pool=sql.Literal(pool),
+        )
+        try:
+            with conn.transaction():
+                found = [int(r[0]) for r in conn.execute(query).fetchall()]
+        except psycopg.errors.InternalError_:
+            return None
+        if len(found) < pool and n < matches:
+            return None  # too few passed and the top did not hold every match
+        return sql.SQL("SELECT unnest({}::bigint[]) AS ordinal").format(sql.Literal(found))
 
 
 def _with_fallback(

@@ -890,11 +890,13 @@ class Engine:
         sql_legs = snap.sql
         filtered = node is not None or scope_node is not None or bool(exclude_docs)
 
+        # names the request's SQL predicate in the per-release caches of SqlLegs
+        where_key = json.dumps([filter_json, scope_json, sorted(exclude_docs)])
+
         def mask() -> Mask:
             """The live chunks this request may see, as a mask over ordinals."""
             if sql_legs is not None:  # the database evaluates the predicate
-                key = json.dumps([filter_json, scope_json, sorted(exclude_docs)])
-                return sql_legs.mask(key, where, snap.live)
+                return sql_legs.mask(where_key, where, snap.live)
             allowed = snap.allowed(filter_json, scope_json)
             if exclude_docs:
                 allowed = allowed.copy()
@@ -956,6 +958,7 @@ class Engine:
                         k1=cfg.lexical.k1,
                         b=cfg.lexical.b,
                         stats=sl.stats,
+                        allowed_share=sl.share(where_key, where) if filtered else None,
                     )
                 )
             if "dense" in chosen.legs:

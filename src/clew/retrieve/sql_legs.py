@@ -107,6 +107,7 @@ class SqlLegs:
             self.stats = PgLexical.corpus_stats(conn)
         self._fields: dict[str, tuple[bool, set[str]]] = {}
         self._masks: dict[str, Mask] = {}
+        self._shares: dict[str, float] = {}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -241,6 +242,26 @@ class SqlLegs:
                 (wanted,),
             ).fetchone()
         return bool(row and int(row[0]) == len(wanted))
+
+    def share(self, key: str, where: sql.Composable) -> float:
+        """The share of live chunks ``where`` allows (one count per predicate and release;
+        ``key`` names the predicate for the cache)."""
+        from psycopg import sql
+
+        with self._lock:
+            cached = self._shares.get(key)
+        if cached is not None:
+            return cached
+        with self.store.connection() as conn:
+            row = conn.execute(
+                sql.SQL("SELECT count(*) FROM chunks AS c WHERE {}").format(where)
+            ).fetchone()
+        out = (int(row[0]) if row else 0) / max(self.stats.n_docs, 1)
+        with self._lock:
+            if len(self._shares) >= 64:
+                self._shares.pop(next(iter(self._shares)))
+            self._shares[key] = out
+        return out
 
     def mask(self, key: str, where: sql.Composable, live: Mask) -> Mask:
         """The live chunks ``where`` allows, as a mask (for what walks the in-memory graph);
