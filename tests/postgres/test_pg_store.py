@@ -92,6 +92,8 @@ def test_older_version_is_migrated_on_open(pg_url: str, pg_schema: str) -> None:
         s.write([make_record("a", ["alpha"])])
         with s.connection() as conn:  # back to version 1
             conn.execute("DROP INDEX documents_source")
+            conn.execute("DROP INDEX mentions_concept")
+            conn.execute("CREATE INDEX mentions_concept ON mentions(concept_id, ordinal)")
             conn.execute("DELETE FROM clew_migrations WHERE version > 1")
         assert _versions(s) == [1]
     with pytest.raises(StoreError, match="needs migrating"):
@@ -104,6 +106,13 @@ def test_older_version_is_migrated_on_open(pg_url: str, pg_schema: str) -> None:
                 (pg_schema,),
             ).fetchall()
         assert found and s.has_document("a") and s.release() == 1
+        with s.connection() as conn:
+            row = conn.execute(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = %s "
+                "AND indexname = 'mentions_concept'",
+                (pg_schema,),
+            ).fetchone()
+        assert row is not None and "INCLUDE (count)" in row[0]
 
 
 def test_newer_version_is_an_error(pg_url: str, pg_schema: str) -> None:

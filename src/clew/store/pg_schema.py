@@ -106,6 +106,12 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX documents_source ON documents(source);
     """,
+    # 3: the graph leg reads (concept → chunk, count) for every mention of its seed and related
+    # concepts; with the count in the index that is an index-only scan (about 2x faster)
+    """
+    DROP INDEX mentions_concept;
+    CREATE INDEX mentions_concept ON mentions(concept_id, ordinal) INCLUDE (count);
+    """,
 )
 
 

@@ -590,6 +590,23 @@ class PostgresStore:
             yield
         finally:
             self.restore_indexes(maintenance_work_mem=maintenance_work_mem)
+            self.vacuum()
+
+    def vacuum(self) -> None:
+        """``VACUUM ANALYZE`` the chunk and mention tables: fresh planner statistics, and a
+        visibility map that lets the graph leg read mentions from the index alone (autovacuum
+        gets there too, later). Run after a bulk load; harmless any time."""
+        self.check_writable()
+        with self._pooled() as conn:
+            conn.execute("SELECT set_config('statement_timeout', '0', false)")
+            try:
+                for table in ("chunks", "mentions"):
+                    conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(table)))
+            finally:
+                conn.execute(
+                    "SELECT set_config('statement_timeout', %s, false)",
+                    (str(self.statement_timeout_ms),),
+                )
 
     def deferred_indexes(self) -> list[str]:
         """Names of the indexes a bulk load dropped and has not rebuilt yet."""
