@@ -256,6 +256,10 @@ def test_search_matches_embedded(sample: Corpus, sample_pg: PgGraph) -> None:
                     got = sample_pg.search(q, where, k, cfg, linked)
                     same_hits(got, want, f"{q!r} {tenant} {cfg} k={k}")
                     two_hop += sum(1 for h in got if h.trail and h.trail.hops == 2)
+                    if tenant is not None:  # the allowed ordinals as a set: the same walk
+                        ords = np.flatnonzero(allowed).tolist()
+                        as_set = sample_pg.search(q, where, k, cfg, linked, allowed=ords)
+                        same_hits(as_set, want, f"{q!r} {tenant} {cfg} k={k} as a set")
             # linking inside search (no linked given)
             same_hits(
                 sample_pg.search(q, where, 50, GraphConfig()),
@@ -294,6 +298,8 @@ def test_filter_applies_at_every_hop(pg_url: str, pg_schema: str) -> None:
 
     hits = pg.search("alpha", TENANT_A, 10, cfg)
     same_hits(hits, g.search("alpha", mask(corpus, size, "a"), 10, cfg), "tenant a")
+    ords = np.flatnonzero(mask(corpus, size, "a")).tolist()
+    assert pg.search("alpha", TENANT_A, 10, cfg, allowed=ords) == hits
     assert [h.ordinal for h in hits] == [0, 4]  # chunk 0 directly, chunk 4 via charlie
     for h in hits:
         assert h.trail is not None

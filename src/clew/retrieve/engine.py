@@ -970,7 +970,14 @@ class Engine:
                 inline["dense"] = sql_dense
             if "graph" in chosen.legs:
                 pooled["graph"] = lambda: in_release(
-                    sl.graph.search(query, where, cfg.graph.depth, cfg.graph, linked)
+                    sl.graph.search(
+                        query,
+                        where,
+                        cfg.graph.depth,
+                        cfg.graph,
+                        linked,
+                        allowed=sl.ordinals(where_key, where).tolist() if filtered else None,
+                    )
                 )
         else:
             assert allowed is not None

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from clew.config import DenseConfig
 from clew.errors import FilterError
@@ -106,7 +107,7 @@ class SqlLegs:
         with store.connection() as conn:
             self.stats = PgLexical.corpus_stats(conn)
         self._fields: dict[str, tuple[bool, set[str]]] = {}
-        self._masks: dict[str, Mask] = {}
+        self._ordinals: dict[str, npt.NDArray[np.int64]] = {}
         self._shares: dict[str, float] = {}
         self._lock = threading.Lock()
 
@@ -263,26 +264,32 @@ class SqlLegs:
             self._shares[key] = out
         return out
 
-    def mask(self, key: str, where: sql.Composable, live: Mask) -> Mask:
-        """The live chunks ``where`` allows, as a mask (for what walks the in-memory graph);
-        ``key`` names the predicate for the cache (a few per release)."""
+    def ordinals(self, key: str, where: sql.Composable) -> npt.NDArray[np.int64]:
+        """The ordinals ``where`` allows, ascending (one query per predicate and release;
+        ``key`` names the predicate for the cache): the graph walks join them as a set."""
         from psycopg import sql
 
         with self._lock:
-            cached = self._masks.get(key)
+            cached = self._ordinals.get(key)
         if cached is not None:
             return cached
         with self.store.connection() as conn, conn.cursor(binary=True) as cur:
-            rows = cur.execute(sql.SQL("SELECT c.ordinal FROM chunks AS c WHERE {}").format(where))
-            ordinals = np.fromiter((r[0] for r in rows), dtype=np.int64)
+            rows = cur.execute(
+                sql.SQL("SELECT c.ordinal FROM chunks AS c WHERE {} ORDER BY 1").format(where)
+            )
+            out = np.fromiter((r[0] for r in rows), dtype=np.int64)
+        with self._lock:
+            if len(self._ordinals) >= 16:
+                self._ordinals.pop(next(iter(self._ordinals)))
+            self._ordinals[key] = out
+        return out
+
+    def mask(self, key: str, where: sql.Composable, live: Mask) -> Mask:
+        """The live chunks ``where`` allows, as a mask (for what walks the in-memory graph)."""
+        ordinals = self.ordinals(key, where)
         out = np.zeros(len(live), dtype=bool)
         out[ordinals[ordinals < len(live)]] = True
-        out &= live
-        with self._lock:
-            if len(self._masks) >= 16:
-                self._masks.pop(next(iter(self._masks)))
-            self._masks[key] = out
-        return out
+        return out & live
 
     def idf(self, terms: Sequence[str]) -> dict[str, float]:
         return self.lexical.idf(terms, self.stats)
