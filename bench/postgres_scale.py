@@ -123,7 +123,7 @@ def main() -> None:
         pg = Engine(url, uncached())
         with Clock() as pg_refresh:
             pg.refresh()
-        rss_pg = rss_mb() - rss1
+        rss_pg = max(rss_mb() - rss1, 0.0)
         for name, flt in FILTERS.items():
             for preset in PRESETS:
                 t_e: list[float] = []
