@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from clew import Engine
@@ -226,6 +227,18 @@ def test_memories_recency_and_expansion_on_postgres(pg_server: Any, tmp_path: Pa
             if flt is None:
                 assert any(h.expansion for h in got.hits)
         _no_copies(pg)
+        # a path with no SQL form can still ask for an in-memory copy: built from the database
+        snap, want_snap = pg._snap(), embedded._snap()
+        assert snap.lexical.n_docs == want_snap.lexical.n_docs > 0
+
+        def rows(s: Any) -> dict[str, Any]:
+            live = np.flatnonzero(s.live).tolist()
+            s.load_keys(live)
+            return {s.keys[o][0]: s.vector.matrix[o] for o in live}
+
+        got_rows, want_rows = rows(snap), rows(want_snap)
+        assert got_rows.keys() == want_rows.keys()
+        assert all(np.allclose(got_rows[c], want_rows[c]) for c in want_rows)
     finally:
         embedded.close()
         pg.close()

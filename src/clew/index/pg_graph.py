@@ -347,7 +347,7 @@ class PgGraph:
         k: int,
         config: GraphConfig | None = None,
         linked: Sequence[LinkedConcept] | None = None,
-        allowed: Sequence[int] | None = None,
+        allowed: npt.ArrayLike | None = None,
     ) -> list[LegHit]:
         """The graph leg: top ``k`` chunks that ``where`` allows, as :meth:`GraphIndex.search`.
 
@@ -378,7 +378,7 @@ class PgGraph:
             "boost": (1.0 + pw) * (1.0 + 1e-6),
         }
         if allowed is not None and where is not None:
-            params["allowed"] = [int(o) for o in allowed]
+            params["allowed"] = np.asarray(allowed, dtype=np.int64).tolist()
             join = "JOIN unnest(%(allowed)s::bigint[]) AS c(ordinal) ON c.ordinal = m.ordinal"
             where = None
         else:

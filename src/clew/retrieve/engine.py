@@ -733,12 +733,11 @@ class Engine:
         log.warning("building the in-memory %s index from %s", name, display_target(self.url or ""))
         if name == "lexical":
             return self._rebuild_lexical()
-        if name == "vector":
-            vector = VectorIndex(int(self.store.get_meta("dim") or 384), self.config.dense)
-            vector.add(self.store.iter_vectors(0))
-            return vector
-        size = self.store.max_ordinal() + 1
-        return GraphIndex.build(self.store.graph_rows(), size, self.store.release())
+        if name != "vector":  # the graph comes from the graph leg (_Snapshot.graph)
+            raise ValueError(f"no in-memory {name!r} index is built here")
+        vector = VectorIndex(int(self.store.get_meta("dim") or 384), self.config.dense)
+        vector.add(self.store.iter_vectors(0))
+        return vector
 
     def _rebuild_lexical(self) -> BM25Index:
         idx = BM25Index()
@@ -976,7 +975,7 @@ class Engine:
                         cfg.graph.depth,
                         cfg.graph,
                         linked,
-                        allowed=sl.ordinals(where_key, where).tolist() if filtered else None,
+                        allowed=sl.ordinals(where_key, where) if filtered else None,
                     )
                 )
         else:
@@ -1105,6 +1104,7 @@ class Engine:
                 if o in vectors:
                     cos[i] = float(vectors[o] @ query)
             scores = sql_legs.bm25_of(tokens, ords.tolist(), cfg.lexical.k1, cfg.lexical.b)
+            # rounded to float32, as the embedded index keeps its scores
             bm25 = np.asarray([scores.get(o, 0.0) for o in ords.tolist()], dtype=np.float32)
             bm25 = bm25.astype(np.float64)
         else:
