@@ -387,7 +387,10 @@ class PgGraph:
             state=sql.SQL(_STATE), where=_predicate(where), w=sql.SQL(_WEIGHT), join=sql.SQL(join)
         )
         with self._connect() as conn:
-            row = conn.execute(statement, params).fetchone()
+            # never a prepared statement: after a few runs PostgreSQL may switch it to a generic
+            # plan, which cannot see how many ordinals the allowed set holds and walks it in a
+            # nested loop (seconds per query at 1M chunks)
+            row = conn.execute(statement, params, prepare=False).fetchone()
             if row is None or not row[7]:
                 return []
             state = tuple(int(v) for v in row[:5])
