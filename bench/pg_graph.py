@@ -24,7 +24,6 @@ import string
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,17 +35,14 @@ from psycopg import sql
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import itertools
 
-from clew import Engine
-from clew.config import ConceptConfig, GraphConfig
+from clew.config import GraphConfig
 from clew.index.graph import GraphIndex
 from clew.index.pg_graph import PgGraph
-from clew.ingest.analyze import STOP_WORDS, concept_key, words
-from clew.ingest.concepts import ConceptExtractor
+from clew.ingest.analyze import STOP_WORDS
 from clew.protocols import GraphRows
 from clew.store.pg_schema import MIGRATIONS, dimension_ddl
-from clew.testing.fakes import FakeHashEncoder
+from clew.testing.graphs import densified
 from clew.testing.pgserver import PgServer
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample"
@@ -57,51 +53,12 @@ Meta = dict[str, dict[str, str]]
 
 
 def sample_rows() -> tuple[GraphRows, Meta, list[str]]:
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        Engine(
-            Path(tmp) / "idx",
-            create=True,
-            encoder=FakeHashEncoder(),
-            extractor=ConceptExtractor(ConceptConfig(spacy=False)),
-        ) as engine,
-    ):
-        engine.ingest([SAMPLE])
-        base = engine.store.graph_rows()
-        texts = {o: r.text for o, r in engine.store.fetch([o for o, _, _ in base.chunks]).items()}
-    concepts = [(int(a), str(b), str(c), str(d)) for a, b, c, d in base.concepts]
-    mentions = [(int(o), int(c), int(n)) for o, c, n in base.mentions]
-    taken = {c[1] for c in concepts}
-    per_chunk: dict[int, Counter[str]] = {}
-    for o, text in texts.items():
-        toks = [t for t in words(text) if t.isalpha()]
-        found: Counter[str] = Counter(
-            concept_key(t) for t in toks if t not in STOP_WORDS and len(t) >= 5
-        )
-        for a, b in itertools.pairwise(toks):
-            if a not in STOP_WORDS and b not in STOP_WORDS and len(a) >= 4 and len(b) >= 4:
-                found[concept_key(f"{a} {b}")] += 1
-        per_chunk[o] = found
-    df = Counter(key for found in per_chunk.values() for key in found)
-    next_id = max(c[0] for c in concepts) + 1
-    ids: dict[str, int] = {}
-    for key in sorted(df):
-        if df[key] >= 2 and key and key not in taken:
-            ids[key] = next_id
-            concepts.append((next_id, key, key, "phrase"))
-            next_id += 1
-    for o, found in sorted(per_chunk.items()):
-        mentions += [(o, ids[key], n) for key, n in sorted(found.items()) if key in ids]
-    docs = sorted({d for _, d, _ in base.chunks})
-    meta = {d: {"tenant": f"t{i % 10}"} for i, d in enumerate(docs)}
-    rows = GraphRows(
-        concepts,
-        mentions,
-        [(int(o), str(d), int(s)) for o, d, s in base.chunks],
-        [(str(d), str(t)) for d, t in base.links],
-    )
-    phrases = sorted((k for k in ids if " " in k), key=lambda k: -df[k])
-    singles = sorted((k for k in ids if " " not in k and len(k) >= 7), key=lambda k: -df[k])
+    with tempfile.TemporaryDirectory() as tmp:
+        dense = densified(Path(tmp) / "idx")
+    rows, df = dense.rows, dense.added  # added phrase key -> chunks mentioning it
+    meta = {d: {"tenant": f"t{i % 10}"} for i, d in enumerate(dense.docs)}
+    phrases = sorted((k for k in df if " " in k), key=lambda k: -df[k])
+    singles = sorted((k for k in df if " " not in k and len(k) >= 7), key=lambda k: -df[k])
     queries = [
         "ERR-4412",
         "what does ERR-4413 mean",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from collections import Counter
@@ -17,15 +16,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from clew import Engine
-from clew.config import ConceptConfig, GraphConfig
+from clew.config import GraphConfig
 from clew.index.graph import GraphIndex
 from clew.index.pg_graph import PgGraph
-from clew.ingest.analyze import STOP_WORDS, concept_key, words
-from clew.ingest.concepts import ConceptExtractor
 from clew.protocols import GraphRows
 from clew.store.pg_schema import MIGRATIONS, dimension_ddl
-from clew.testing.fakes import FakeHashEncoder
+from clew.testing.graphs import densified
 from clew.types import GraphTrail
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
@@ -108,49 +104,9 @@ def mask(corpus: Corpus, size: int, tenant: str | None) -> np.ndarray[Any, np.dt
 def sample(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     """The sample corpus (identifier concepts from the fake-encoder engine) plus phrase concepts
     (words and word pairs found in two or more chunks), so n-grams, fuzzy and hop 2 all fire."""
-    path = tmp_path_factory.mktemp("pggraph") / "idx"
-    with Engine(
-        path,
-        create=True,
-        encoder=FakeHashEncoder(),
-        extractor=ConceptExtractor(ConceptConfig(spacy=False)),
-    ) as engine:
-        engine.ingest([SAMPLE])
-        base = engine.store.graph_rows()
-        texts = {o: r.text for o, r in engine.store.fetch([o for o, _, _ in base.chunks]).items()}
-    concepts = [(int(a), str(b), str(c), str(d)) for a, b, c, d in base.concepts]
-    mentions = [(int(o), int(c), int(n)) for o, c, n in base.mentions]
-    taken = {c[1] for c in concepts}
-    per_chunk: dict[int, Counter[str]] = {}
-    for o, text in texts.items():
-        toks = [t for t in words(text) if t.isalpha()]
-        found: Counter[str] = Counter()
-        for t in toks:
-            if t not in STOP_WORDS and len(t) >= 5:
-                found[concept_key(t)] += 1
-        for a, b in itertools.pairwise(toks):
-            if a not in STOP_WORDS and b not in STOP_WORDS and len(a) >= 4 and len(b) >= 4:
-                found[concept_key(f"{a} {b}")] += 1
-        per_chunk[o] = found
-    df = Counter(key for found in per_chunk.values() for key in found)
-    next_id = max(c[0] for c in concepts) + 1
-    ids: dict[str, int] = {}
-    for key in sorted(df):
-        if df[key] >= 2 and key not in taken and key:
-            ids[key] = next_id
-            concepts.append((next_id, key, key.title(), "phrase"))
-            next_id += 1
-    for o, found in sorted(per_chunk.items()):
-        mentions += [(o, ids[key], n) for key, n in sorted(found.items()) if key in ids]
-    docs = sorted({d for _, d, _ in base.chunks})
-    meta = {d: {"tenant": "ab"[i % 2]} for i, d in enumerate(docs)}
-    rows = GraphRows(
-        concepts=concepts,
-        mentions=mentions,
-        chunks=[(int(o), str(d), int(q)) for o, d, q in base.chunks],
-        links=[(str(d), str(t)) for d, t in base.links],
-    )
-    return Corpus(rows, meta)
+    dense = densified(tmp_path_factory.mktemp("pggraph") / "idx", label=str.title)
+    meta = {d: {"tenant": "ab"[i % 2]} for i, d in enumerate(dense.docs)}
+    return Corpus(dense.rows, meta)
 
 
 @pytest.fixture
