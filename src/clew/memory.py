@@ -7,7 +7,9 @@ it is::
     {"kind": "memory", "session": "s-42" | None, "created_at": "2026-03-01T12:00:00Z", ...}
 
 Its id is ``mem-`` plus the first 16 hex digits of ``sha256(session|created_at|text)``, so
-remembering the same thing at the same time twice writes one document. A caller's *stamp*
+remembering the same thing at the same time twice writes one document. A stamped write (a scoped
+caller's) hashes its stamp too, so two tenants remembering the same words at the same time get
+two memories and neither can overwrite, read or delete the other's. A caller's *stamp*
 (:meth:`clew.serve.auth.Principal.stamp`, the equality fields of its scope) is written last and
 wins over user metadata, so a scoped caller can always find what it wrote.
 """
@@ -65,7 +67,10 @@ def memory_document(
     created_at = _timestamp(timestamp)
     user = _metadata(metadata, "metadata", reserved=True)
     stamped = _metadata(stamp, "stamp", reserved=False)
-    digest = hashlib.sha256(f"{sess or ''}|{created_at}|{body}".encode()).hexdigest()
+    identity = f"{sess or ''}|{created_at}|{body}"
+    if stamped:  # the writer's scope is part of the identity: tenants never collide
+        identity = json.dumps(stamped, sort_keys=True, ensure_ascii=False) + "|" + identity
+    digest = hashlib.sha256(identity.encode()).hexdigest()
     first_line = body.strip().splitlines()[0].strip()
     return Document(
         doc_id=f"mem-{digest[:16]}",
