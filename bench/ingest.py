@@ -117,10 +117,12 @@ class TimedExtractor(ConceptExtractor):
     extract_s = 0.0
     in_thread = False
 
-    def extract(self, texts: Sequence[str]) -> list[list[Mention]]:
+    def extract(
+        self, texts: Sequence[str], documents: Sequence[tuple[str, int]] | None = None
+    ) -> list[list[Mention]]:
         self.in_thread |= threading.current_thread() is not threading.main_thread()
         t = time.perf_counter()
-        out = super().extract(texts)
+        out = super().extract(texts, documents)
         self.extract_s += time.perf_counter() - t
         return out
 

@@ -78,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
         help="load, chunk, extract and embed on a Ray cluster (ADDRESS; default: a local one)",
     )
     ing.add_argument("--workers", type=int, default=2, help="with --ray: worker actors")
+    ing.add_argument(
+        "--follow-symlinks",
+        action="store_true",
+        help="follow symlinks that lead out of a directory (default: skip them with a warning)",
+    )
 
     se = sub.add_parser("search", help="search the index")
     se.add_argument("query")
@@ -285,6 +290,9 @@ def _parser() -> argparse.ArgumentParser:
         "--scope", help='access filter JSON this key is limited to, e.g. {"tenant": "a"}'
     )
     ka.add_argument("--admin", action="store_true", help="may write documents and read all traces")
+    ka.add_argument(
+        "--metrics", action="store_true", help="may read /metrics and the counts of /health"
+    )
     kl = kys.add_parser("list", help="names, scopes and admin flags (never the keys)")
     kl.add_argument("--file", required=True)
     return p
@@ -396,7 +404,10 @@ def _run(args: argparse.Namespace) -> int:
         from clew.ingest.load import load_path
         from clew.memory import is_transcript, load_transcript
 
+        limits = config.ingest
         if args.ray:
+            if args.follow_symlinks:
+                raise ConfigError("--follow-symlinks is not supported with --ray")
             if any(is_transcript(p) for p in args.paths):
                 raise ConfigError("--ray ingests files and directories, not chat transcripts")
             from clew.ingest.distributed import engine_ingest_ray
@@ -414,13 +425,15 @@ def _run(args: argparse.Namespace) -> int:
             code = _print_ingest(ray_report, args.json)
             return 1 if ray_report.failed else code
         with Engine(args.index, config, create=True) as engine:
-            sources: list[Any] = list(args.paths)
-            if any(is_transcript(p) for p in args.paths):  # chat turns become memories
-                sources = [
-                    d
-                    for p in args.paths
-                    for d in (load_transcript(p) if is_transcript(p) else load_path(p))
-                ]
+            sources = [  # chat turns become memories
+                d
+                for p in args.paths
+                for d in (
+                    load_transcript(p, limits=limits)
+                    if is_transcript(p, max_bytes=limits.max_file_bytes)
+                    else load_path(p, limits=limits, follow_symlinks=args.follow_symlinks)
+                )
+            ]
             report = engine.ingest(sources, progress=not args.no_progress)
         return _print_ingest(report, args.json)
     with Engine(args.index, config, create=args.command == "remember") as engine:

@@ -369,10 +369,59 @@ class ConceptConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class IngestLimits:
+    """Hard bounds on what one ingested file may cost, so untrusted input stays bounded.
+
+    A file over ``max_file_bytes`` and a document that makes more than ``max_chunks_per_doc``
+    chunks are refused with a :class:`~clew.errors.LoadError` naming the limit (never
+    truncated); no chunk is longer than ``max_chunk_chars`` (a run without whitespace is cut
+    there); a document's concept extraction past ``concept_budget_s`` seconds of spaCy gives
+    its remaining chunks identifiers only (logged)."""
+
+    max_file_bytes: int = 50 * 1024 * 1024
+    """Largest file read (50 MiB): the loader never reads more than this many bytes."""
+    max_chunk_chars: int = 32_768
+    """Longest chunk in characters (far above any 8192-token chunk of prose)."""
+    max_chunks_per_doc: int = 10_000
+    """Most chunks one document may make (about 10 MB of prose at 256 tokens a chunk)."""
+    concept_budget_s: float = 300.0
+    """Seconds of spaCy per document; the chunks after it get regex identifiers only. Prose
+    takes about 25 ms a chunk on the 2-core reference machine, so a document within
+    ``max_chunks_per_doc`` stays under it; an adversarial one (a token per character) not."""
+
+    def __post_init__(self) -> None:
+        _check(
+            1024 <= self.max_file_bytes <= 1 << 40,
+            "ingest.max_file_bytes",
+            self.max_file_bytes,
+            "1024..1099511627776 (1 KiB..1 TiB)",
+        )
+        _check(
+            256 <= self.max_chunk_chars <= 1_000_000,
+            "ingest.max_chunk_chars",
+            self.max_chunk_chars,
+            "256..1000000",
+        )
+        _check(
+            1 <= self.max_chunks_per_doc <= 100_000_000,
+            "ingest.max_chunks_per_doc",
+            self.max_chunks_per_doc,
+            "1..100000000",
+        )
+        _check(
+            0.0 < self.concept_budget_s <= 86_400.0,
+            "ingest.concept_budget_s",
+            self.concept_budget_s,
+            "(0, 86400] seconds",
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class EngineConfig:
     chunk: ChunkConfig = field(default_factory=ChunkConfig)
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
     concepts: ConceptConfig = field(default_factory=ConceptConfig)
+    ingest: IngestLimits = field(default_factory=IngestLimits)
     lexical: LexicalConfig = field(default_factory=LexicalConfig)
     dense: DenseConfig = field(default_factory=DenseConfig)
     graph: GraphConfig = field(default_factory=GraphConfig)

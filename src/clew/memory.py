@@ -30,6 +30,7 @@ from clew.links import CONCEPT_PREFIX, RELATION_RE, relation_link, split_link
 from clew.types import Document
 
 if TYPE_CHECKING:
+    from clew.config import IngestLimits
     from clew.retrieve.engine import Engine
 
 __all__ = [
@@ -97,6 +98,7 @@ def remember(
     metadata: Mapping[str, Any] | None = None,
     stamp: Mapping[str, Any] | None = None,
     relations: Any = (),
+    scope: Any = None,
 ) -> str:
     """Store ``text`` as a memory document and return its id.
 
@@ -107,7 +109,9 @@ def remember(
 
     ``timestamp``: ISO 8601 text or a datetime (naive = UTC); None = now. ``metadata``: extra
     JSON fields (not ``kind``, ``session`` or ``created_at``). ``stamp``: fields written last,
-    over ``metadata`` (a principal's :meth:`~clew.serve.auth.Principal.stamp`).
+    over ``metadata`` (a principal's :meth:`~clew.serve.auth.Principal.stamp`). ``scope``: the
+    writer's access filter: relation targets must be visible in it (a target outside it is
+    "not in the index", as a missing one) and entity resolution sees only concepts inside it.
     Invalid arguments raise :class:`~clew.errors.QueryError` naming the value and what is allowed.
     """
     doc = memory_document(
@@ -118,14 +122,23 @@ def remember(
         stamp=stamp,
         relations=relations,
     )
+    if scope is None and stamp:
+        scope = dict(stamp)
     for raw in doc.links:
         _, target = split_link(raw)
-        if not target.startswith(CONCEPT_PREFIX) and not engine.store.has_document(target):
+        if target.startswith(CONCEPT_PREFIX):
+            continue
+        known = (
+            engine.store.has_document(target)
+            if scope is None
+            else engine.document(target, scope=scope) is not None
+        )
+        if not known:
             raise QueryError(
                 f"relation target {target!r} is not in the index; allowed: the id of a memory "
                 "or document, or concept:NAME"
             )
-    engine.ingest([doc])
+    engine.ingest([doc], scope=scope)
     return doc.doc_id
 
 
@@ -268,22 +281,30 @@ TURN_TEXT_KEYS = ("text", "content", "message")
 TURN_TIME_KEYS = ("time", "timestamp", "created_at")
 
 
-def is_transcript(path: str | Path) -> bool:
+def is_transcript(path: str | Path, *, max_bytes: int | None = None) -> bool:
     """A ``.jsonl`` file whose first record is a conversation turn (``speaker`` or ``role``
-    with ``text``/``content``) rather than a corpus document (``_id``)."""
+    with ``text``/``content``) rather than a corpus document (``_id``). A file over
+    ``max_bytes`` (default: :class:`~clew.config.IngestLimits`' limit), or whose first record
+    is not plain JSON (nested too deeply, say), is not: the corpus loader refuses it clearly."""
+    from clew.config import IngestLimits
+
     p = Path(path)
     if p.suffix.lower() != ".jsonl" or not p.is_file():
         return False
+    limit = IngestLimits().max_file_bytes if max_bytes is None else max_bytes
     try:
+        if p.stat().st_size > limit:
+            return False
         with p.open(encoding="utf-8") as f:
-            for line in f:
+            while True:
+                line = f.readline(limit + 1)
+                if not line:
+                    return False
                 if line.strip():
-                    first = json.loads(line)
                     break
-            else:
-                return False
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False
+        first = json.loads(line)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False  # ValueError: malformed JSON, or an integer of too many digits
     return (
         isinstance(first, dict)
         and "_id" not in first
@@ -292,19 +313,28 @@ def is_transcript(path: str | Path) -> bool:
     )
 
 
-def load_transcript(path: str | Path, *, session: str | None = None) -> list[Document]:
+def load_transcript(
+    path: str | Path, *, session: str | None = None, limits: IngestLimits | None = None
+) -> list[Document]:
     """One memory per turn of a JSONL chat transcript: ``{"speaker": "ana", "text": "...",
     "time": "2026-03-01T12:00:00Z", "session": "s1"}`` (``role``/``content``/``timestamp``
     also accepted). The session is the turn's own, else ``session``, else the file name. Each
     turn records its speaker and position and ``follows`` the previous turn of its session.
-    A bad line is a :class:`~clew.errors.LoadError` naming the file, line and field."""
+    A bad line is a :class:`~clew.errors.LoadError` naming the file, line and field; so is a
+    file over ``limits.max_file_bytes`` (an :class:`~clew.config.IngestLimits`; None = the
+    defaults) and a turn nested deeper than the metadata depth limit (never a traceback)."""
+    from clew.config import IngestLimits
+    from clew.ingest.load import MAX_METADATA_DEPTH, check_json_depth, read_bytes
+
+    bounds = limits or IngestLimits()
+    depth = MAX_METADATA_DEPTH + 1  # the turn, then its fields as deep as document metadata
     p = Path(path)
     default = session or p.stem
     docs: list[Document] = []
     previous: dict[str, str] = {}
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        lines = read_bytes(p, bounds.max_file_bytes).decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
         raise LoadError(f"{p.name}: cannot read transcript: {exc}") from exc
     for n, line in enumerate(lines, start=1):
         if not line.strip():
@@ -314,6 +344,13 @@ def load_transcript(path: str | Path, *, session: str | None = None) -> list[Doc
             turn = json.loads(line)
         except json.JSONDecodeError as exc:
             raise LoadError(f"{where}: not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise LoadError(
+                f"{where}: JSON is nested too deeply; allowed: at most {depth} levels"
+            ) from None
+        except ValueError as exc:  # an integer with more digits than Python converts
+            raise LoadError(f"{where}: not JSON ({exc})") from None
+        check_json_depth(turn, where, depth)
         if not isinstance(turn, dict):
             raise LoadError(f"{where}: a turn must be a JSON object, got {type(turn).__name__}")
         speaker = turn.get("speaker", turn.get("role"))

@@ -95,6 +95,23 @@ def test_recency_is_its_own_contribution_after_fusion(fake_engine: Engine) -> No
     )
 
 
+def test_a_fresh_weak_memory_does_not_crowd_out_documents_in_search(fake_engine: Engine) -> None:
+    """Recency lifts memories in recall, not in document search: a brand-new memory that only
+    shares one word with the query ranks below the documents that match it."""
+    docs = [
+        Document(f"d{i}", f"Pool {i}", f"pgbouncer pool size {i} tuning notes", f"d{i}")
+        for i in range(6)
+    ]
+    fake_engine.ingest(docs)
+    fresh = fake_engine.remember("the lunch pool at noon", timestamp=None)
+    found = fake_engine.search("pgbouncer pool", k=10)
+    assert set(_ids(found)[:6]) == {f"d{i}" for i in range(6)}, _ids(found)
+    assert all("recency" not in {c.leg for c in h.contributions} for h in found.hits)
+    recalled = fake_engine.recall("pgbouncer pool", k=5)
+    assert _ids(recalled) == [fresh]
+    assert "recency" in {c.leg for c in recalled.hits[0].contributions}
+
+
 def test_an_exact_identifier_is_never_buried_by_age(fake_engine: Engine) -> None:
     old = fake_engine.remember("OPS-7781 deploy freeze", timestamp="2020-01-01")
     for i in range(8):

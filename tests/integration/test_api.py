@@ -318,6 +318,7 @@ def test_readers_answer_while_a_job_writes(api: Api) -> None:
         assert trace["release"] == body["release"]  # one release per request, end to end
     final = api("POST", "/documents?wait=true", json={"documents": docs[:1]}).json()
     assert final["state"] == "done"
+    assert api.app.state.clew.jobs.join(timeout=120)
     assert api("GET", f"/jobs/{job['job_id']}").json()["state"] == "done"
 
 
@@ -359,11 +360,12 @@ def test_eval_gate_is_200_when_every_gate_passes_and_422_with_reasons(
 
 
 def test_health_metrics_and_openapi(api: Api) -> None:
-    health = api("GET", "/health", who=None).json()
+    assert api("GET", "/health", who=None).json() == {"status": "ok"}  # liveness, no counts
+    health = api("GET", "/health").json()
     assert health["status"] == "ok" and health["documents"] == 34
     api("POST", "/search", json={"query": "ERR-4413"})
     api("POST", "/search", who=None, json={"query": "x"})
-    text = api("GET", "/metrics", who=None).text
+    text = api("GET", "/metrics").text
     assert 'clew_requests_total{endpoint="/search",method="POST",status="200"} 1.0' in text
     assert 'clew_requests_total{endpoint="/search",method="POST",status="401"} 1.0' in text
     assert 'clew_stage_duration_seconds_count{kind="search",stage="lexical"} 1.0' in text
@@ -511,3 +513,32 @@ def test_memories_remember_recall_forget_per_tenant(api: Api, tmp_path: Path) ->
     gone = api("DELETE", f"/memories/{mine}", who="acme")
     assert gone.status_code == 200 and gone.json()["forgotten"] == mine
     assert api("POST", "/recall", who="acme", json={"query": "pgbouncer pool"}).json()["hits"] == []
+
+
+@pytest.mark.slow
+def test_jobs_run_in_a_writer_process_when_the_service_opens_the_index(
+    sample_index: Path, tmp_path: Path
+) -> None:
+    import os
+
+    index = tmp_path / "idx"
+    shutil.copytree(sample_index, index)
+    client = Api(create_app(ServeSettings(index=index, no_auth=True)), {})
+    try:
+        jobs = client.app.state.clew.jobs
+        assert jobs.writer is not None and jobs.writer.pid is None  # started on the first job
+        docs = [{"id": "proc-1", "text": "ERR-7781 means the flux capacitor is out of plutonium."}]
+        r = client("POST", "/documents?wait=true", who=None, json={"documents": docs})
+        assert r.status_code == 200, r.text
+        status = {d["id"]: d for d in r.json()["documents"]}
+        assert status["proc-1"]["status"] == "added", r.text
+        assert jobs.writer.pid not in (None, os.getpid())
+        # the server's own snapshot caught up: the next search sees it
+        hits = client("POST", "/search", who=None, json={"query": "ERR-7781"}).json()["hits"]
+        assert hits[0]["doc_id"] == "proc-1"
+        pid = jobs.writer.pid
+    finally:
+        client.close()
+    assert pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the writer process stopped with the service

@@ -289,3 +289,25 @@ def test_derived_files_keep_one_generation_and_rebuild_when_missing(tmp_path: Pa
         f.unlink()  # a manifest naming files that are gone: rebuilt from the store
     with Engine(path, **kw) as e:
         assert e.search("ERR-4413", preset="lexical", k=1).hits[0].doc_id == "codes"
+
+
+def test_fuzzy_linking_follows_every_release(fake_engine: Engine) -> None:
+    """The one-edit fuzzy index is carried from release to release (building it anew took
+    seconds on a large vocabulary): concepts added later are found, deleted ones are not."""
+    from clew import Document
+
+    def doc(doc_id: str, concept: str) -> Document:
+        return Document(
+            doc_id, doc_id, f"notes {doc_id}", doc_id, links=(f"related_to::concept:{concept}",)
+        )
+
+    def found(query: str) -> list[str]:
+        return [h.doc_id for h in fake_engine.search(query, preset="graph", k=5).hits]
+
+    fake_engine.ingest([doc("d1", "zookeeper")])
+    assert found("zookeepr") == ["d1"]  # one deletion away
+    fake_engine.ingest([doc("d2", "kubernetes")])
+    assert found("kubernets") == ["d2"]  # a key of a later release
+    assert found("zookeepr") == ["d1"]
+    fake_engine.delete("d1")
+    assert found("zookeepr") == []  # gone with its document

@@ -79,7 +79,9 @@ def dump(index: Path) -> dict[str, Any]:
     conn = sqlite3.connect(f"file:{index / 'clew.sqlite'}?mode=ro", uri=True)
     try:
         out: dict[str, Any] = {
-            "meta": conn.execute("SELECT key, value FROM meta ORDER BY key").fetchall(),
+            "meta": conn.execute(  # the store's random identity aside
+                "SELECT key, value FROM meta WHERE key <> 'store_id' ORDER BY key"
+            ).fetchall(),
             "documents": conn.execute("SELECT * FROM documents ORDER BY doc_id").fetchall(),
             "chunks": conn.execute(
                 "SELECT ordinal, chunk_id, doc_id, seq, text, content_hash, token_count, "

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,17 @@ import scipy.sparse as sp
 
 from clew.config import GraphConfig
 from clew.filters import Mask
-from clew.index.files import LOAD_ERRORS, data_path, publish, read_manifest, staged
+from clew.index.files import (
+    LOAD_ERRORS,
+    Origin,
+    Source,
+    data_file,
+    data_path,
+    discarded,
+    publish,
+    read_manifest,
+    staged,
+)
 from clew.index.lexical import top_k
 from clew.ingest.analyze import STOP_WORDS, concept_key, words
 from clew.ingest.concepts import find_identifiers
@@ -60,6 +71,49 @@ class DocLayout:
     doc_index: dict[str, int]
 
 
+class _FuzzyIndex:
+    """Deletion variants of concept keys → keys, grown as releases add concepts (building it
+    over a large vocabulary takes seconds, so successive graphs share one)."""
+
+    def __init__(self) -> None:
+        self.variants: dict[str, list[str]] = {}
+        self._keys: dict[str, bool] = {}
+        """Key → whether its variants are in (identifiers and short keys have none)."""
+
+    def size(self) -> int:
+        return len(self._keys)
+
+    def cover(self, keys: Sequence[str], kinds: Sequence[str]) -> None:
+        for key, kind in zip(keys, kinds, strict=True):
+            wanted = kind != "identifier" and len(key) >= 5
+            if self._keys.get(key) or (key in self._keys and not wanted):
+                continue
+            self._keys[key] = wanted
+            if wanted:
+                for variant in (key, *_deletions(key)):
+                    self.variants.setdefault(variant, []).append(key)
+
+
+@dataclass(frozen=True, slots=True)
+class GraphStats:
+    """The numbers the graph leg ranks with, over one population of chunks: how many chunks
+    mention each concept, how many chunks there are, and PageRank. For a caller's scope they are
+    those of a graph built from the scope's chunks alone (:meth:`GraphIndex.stats`), so no
+    document outside the scope moves a weight, a hub cut or a PageRank."""
+
+    df: Vector
+    n_chunks: int
+    _pagerank: Callable[[], Vector]
+    """Computes PageRank on first use (only the graph leg and the feature reranker read it)."""
+    _memo: list[Vector] = field(default_factory=list, compare=False)
+
+    @property
+    def pagerank_chunk(self) -> Vector:
+        if not self._memo:
+            self._memo.append(self._pagerank())
+        return self._memo[0]
+
+
 class GraphIndex:
     def __init__(self) -> None:
         self.release = -1
@@ -80,7 +134,9 @@ class GraphIndex:
         """Source document → target document → relation name, for typed links only."""
         self.next_chunk: dict[int, int] = {}
         self.n_chunks = 0
-        self._fuzzy_index: dict[str, list[int]] | None = None
+        self._fuzzy_index: _FuzzyIndex | None = None
+        self._fuzzy_ready = False
+        self._fuzzy_lock = threading.Lock()
         self._layout: DocLayout | None = None
         self.max_words = 1
 
@@ -125,16 +181,25 @@ class GraphIndex:
         g.pagerank_chunk, g.pagerank_concept = _pagerank(g, by_doc, size)
         return g
 
-    def _fuzzy(self) -> dict[str, list[int]]:
-        """One-deletion neighbourhood of every non-identifier key (built on first use)."""
-        if self._fuzzy_index is None:
-            index: dict[str, list[int]] = {}
-            for r, key in enumerate(self.keys):
-                if self.kinds[r] != "identifier" and len(key) >= 5:
-                    for variant in (key, *_deletions(key)):
-                        index.setdefault(variant, []).append(r)
-            self._fuzzy_index = index
-        return self._fuzzy_index
+    def _fuzzy(self) -> dict[str, list[str]]:
+        """One-deletion neighbourhood of every non-identifier key → the keys (built on first
+        use, once, however many threads ask; shared with later releases, see
+        :meth:`adopt_fuzzy`)."""
+        with self._fuzzy_lock:
+            if not self._fuzzy_ready:
+                shared = self._fuzzy_index
+                if shared is None or shared.size() > 1.25 * len(self.keys) + 1000:
+                    shared = self._fuzzy_index = _FuzzyIndex()  # too many stale keys: anew
+                shared.cover(self.keys, self.kinds)
+                self._fuzzy_ready = True
+            assert self._fuzzy_index is not None
+            return self._fuzzy_index.variants
+
+    def adopt_fuzzy(self, previous: GraphIndex) -> None:
+        """Start from ``previous``'s fuzzy index (an earlier release): only keys it lacks are
+        added on first use. Keys gone since are skipped at lookup (not in this graph)."""
+        if previous._fuzzy_index is not None and self._fuzzy_index is None:
+            self._fuzzy_index = previous._fuzzy_index
 
     def layout(self) -> DocLayout:
         """Documents' chunks in order, the previous chunk of each, and reverse links (cached)."""
@@ -166,23 +231,98 @@ class GraphIndex:
             )
         return self._layout
 
+    # -- statistics -------------------------------------------------------------------------
+
+    def stats(self, population: Mask | None = None) -> GraphStats:
+        """The leg's statistics over ``population`` (None: the whole graph).
+
+        For a population they are computed on the subgraph of its chunks, the concepts they
+        mention and their documents, with nodes in the same relative order as a graph built
+        from those documents alone would have: the same numbers, bit for bit."""
+        if population is None:
+            whole = self.pagerank_chunk
+            return GraphStats(self.df, self.n_chunks, lambda: whole)
+        size = self.mentions.shape[1]
+        allow = np.zeros(size, dtype=bool)
+        upto = min(size, len(population))
+        allow[:upto] = population[:upto]
+        present = np.zeros(size, dtype=bool)
+        known = np.fromiter(self.chunk_doc, dtype=np.int64, count=len(self.chunk_doc))
+        present[known[known < size]] = True
+        allow &= present
+        m = self.mentions.tocoo()
+        inside = allow[m.col]
+        df = np.bincount(m.row[inside], minlength=len(self.keys)).astype(np.float64)
+        n_chunks = int(allow.sum())
+        return GraphStats(df, n_chunks, lambda: self._scoped_pagerank(allow, df))
+
+    def _scoped_pagerank(self, allow: npt.NDArray[np.bool_], df: Vector) -> Vector:
+        """PageRank of the subgraph induced by the allowed chunks, on the ordinal space."""
+        size = self.mentions.shape[1]
+        chunks = np.flatnonzero(allow)
+        out = np.zeros(size)
+        if len(chunks) == 0:
+            return out
+        chunk_pos = np.full(size, -1, dtype=np.int64)
+        chunk_pos[chunks] = np.arange(len(chunks))
+        rows = np.flatnonzero(df > 0)
+        row_pos = np.full(len(self.keys), -1, dtype=np.int64)
+        row_pos[rows] = np.arange(len(rows))
+        sub = GraphIndex()
+        sub.keys = [self.keys[int(r)] for r in rows]
+        m = self.mentions.tocoo()
+        keep = allow[m.col]
+        sub.mentions = sp.csr_matrix(
+            (m.data[keep], (row_pos[m.row[keep]], chunk_pos[m.col[keep]])),
+            shape=(len(rows), len(chunks)),
+        )
+        sub.chunk_doc = {int(chunk_pos[o]): d for o, d in self.chunk_doc.items() if allow[o]}
+        sub.next_chunk = {
+            int(chunk_pos[a]): int(chunk_pos[b])
+            for a, b in self.next_chunk.items()
+            if allow[a] and b < size and allow[b]
+        }
+        docs = set(sub.chunk_doc.values())
+        sub.doc_links = {
+            src: [t for t in targets if t in docs]
+            for src, targets in self.doc_links.items()
+            if src in docs
+        }
+        sub.doc_links = {src: t for src, t in sub.doc_links.items() if t}
+        # documents' chunks in the order a build from these rows would list them
+        by_doc: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for o in sorted(sub.chunk_doc):
+            by_doc[sub.chunk_doc[o]].append((o, o))
+        pr_chunk, _ = _pagerank(sub, by_doc, len(chunks))
+        out[chunks] = pr_chunk
+        return out
+
     # -- linking ----------------------------------------------------------------------------
 
     def link(
-        self, query: str, *, fuzzy: bool = True, word_weight: float = 1.0
+        self,
+        query: str,
+        *,
+        fuzzy: bool = True,
+        word_weight: float = 1.0,
+        stats: GraphStats | None = None,
     ) -> list[LinkedConcept]:
         """Concepts a query names: identifiers, then word n-grams (exact key, then fuzzy).
 
         Weight: idf of the concept over chunks; a plain one-word phrase concept (a common noun,
-        not an identifier or named entity) is scaled by ``word_weight``.
+        not an identifier or named entity) is scaled by ``word_weight``. ``stats``: the
+        population the idf is computed over (:meth:`stats`); a concept no chunk of it mentions
+        is not linked.
         """
         found: dict[int, LinkedConcept] = {}
-        n_live = max(self.n_chunks, 1)
+        st = stats or self.stats()
+        n_live = max(st.n_chunks, 1)
+        concept_df = st.df
 
         def add(row: int, how: str) -> None:
-            if row in found or self.df[row] == 0:
+            if row in found or concept_df[row] == 0:
                 return
-            weight = math.log(1.0 + n_live / self.df[row])
+            weight = math.log(1.0 + n_live / concept_df[row])
             if self.kinds[row] == "phrase" and " " not in self.keys[row]:
                 if word_weight <= 0:
                     return
@@ -215,7 +355,10 @@ class GraphIndex:
                 if len(key) < 5:
                     continue
                 for variant in (key, *_deletions(key)):
-                    for row in self._fuzzy().get(variant, ()):
+                    for found_key in self._fuzzy().get(variant, ()):
+                        row = self.key_to_row.get(found_key)
+                        if row is None or self.kinds[row] == "identifier":
+                            continue  # gone since an earlier release, or now an identifier
                         if _edit_distance_le1(key, self.keys[row]):
                             add(row, "fuzzy")
         return sorted(found.values(), key=lambda c: (-c.weight, c.key))
@@ -245,10 +388,16 @@ class GraphIndex:
         k: int,
         config: GraphConfig | None = None,
         linked: Sequence[LinkedConcept] | None = None,
+        stats: GraphStats | None = None,
     ) -> list[LegHit]:
+        """Top-k chunks reached from the linked concepts among ``allowed`` ordinals; ``stats``
+        as in :meth:`link` (hub cut, singletons and PageRank over that population)."""
         config = config or GraphConfig()
+        st = stats or self.stats()
         if linked is None:
-            linked = self.link(query, fuzzy=config.fuzzy, word_weight=config.word_weight)
+            linked = self.link(
+                query, fuzzy=config.fuzzy, word_weight=config.word_weight, stats=stats
+            )
         size = self.mentions.shape[1]
         if not linked or size == 0:
             return []
@@ -268,9 +417,9 @@ class GraphIndex:
                 # concepts co-occurring with the seeds in allowed chunks (RELATED_TO, per query)
                 related = np.asarray(self.mentions_csc[:, reached] @ hop1[reached]).ravel()
                 related[seeds > 0] = 0.0
-                hub_limit = max(20.0, config.hub_fraction * max(self.n_chunks, 1))
-                related[self.df > hub_limit] = 0.0
-                related[self.df < 2] = 0.0
+                hub_limit = max(20.0, config.hub_fraction * max(st.n_chunks, 1))
+                related[st.df > hub_limit] = 0.0
+                related[st.df < 2] = 0.0
                 keep = np.flatnonzero(related > 0)
                 if len(keep) > config.related_per_concept * len(linked):
                     cut = config.related_per_concept * len(linked)
@@ -283,10 +432,10 @@ class GraphIndex:
                     hop2[~allow] = 0.0
                     scores = np.maximum(hop1, hop2) + 0.1 * np.minimum(hop1, hop2)
                     related_rows = {int(r) for r in keep}
-        if config.pagerank_weight > 0 and len(self.pagerank_chunk):
+        if config.pagerank_weight > 0 and len(st.pagerank_chunk):
             pr = np.zeros(size)
-            m = min(size, len(self.pagerank_chunk))
-            pr[:m] = self.pagerank_chunk[:m]
+            m = min(size, len(st.pagerank_chunk))
+            pr[:m] = st.pagerank_chunk[:m]
             scores = scores * (1.0 + config.pagerank_weight * pr)
         hits = top_k(scores.astype(np.float32), k)
         seed_rows = {self.key_to_row[c.key] for c in linked}
@@ -316,9 +465,10 @@ class GraphIndex:
 
     # -- persistence ------------------------------------------------------------------------
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: Path, origin: Origin | None = None) -> None:
         """Arrays to ``graph-<stamp>.npz``, names and maps to the ``graph.json`` manifest
-        (no pickle: safe to load)."""
+        (no pickle: safe to load), sealed; ``origin``: the store release this graph reflects
+        (a load checked against the store rejects a manifest without it)."""
         m = self.mentions
         meta = {
             "format": FORMAT,
@@ -332,6 +482,7 @@ class GraphIndex:
             "doc_links": self.doc_links,
             "chunk_doc": [[o, d] for o, d in self.chunk_doc.items()],
             "next_chunk": [[a, b] for a, b in self.next_chunk.items()],
+            "origin": None if origin is None else origin.to_json(),
         }
         with staged(directory, "graph") as stamp:
             np.savez(
@@ -347,19 +498,25 @@ class GraphIndex:
             publish(directory, "graph", stamp, meta)
 
     @classmethod
-    def load(cls, directory: Path) -> GraphIndex | None:
-        """The saved graph, or None when it is missing, torn or inconsistent (then rebuild)."""
-        meta = read_manifest(directory, "graph", FORMAT)
+    def load(cls, directory: Path, *, source: Source | None = None) -> GraphIndex | None:
+        """The saved graph, or None when it is missing, torn, damaged, inconsistent or (given
+        ``source``) not derived from that store at a release it has (then rebuild); see
+        :func:`clew.index.files.read_manifest`."""
+        meta = read_manifest(directory, "graph", FORMAT, source=source)
         if meta is None:
             return None
         try:
-            return cls._load(directory, meta)
-        except LOAD_ERRORS:
+            g = cls._load(directory, meta)
+        except LOAD_ERRORS as exc:
+            discarded(directory / "graph.json", f"its files do not load ({exc!r})")
             return None
+        if g is None:
+            discarded(directory / "graph.json", "its arrays and names do not fit together")
+        return g
 
     @classmethod
     def _load(cls, directory: Path, meta: dict[str, Any]) -> GraphIndex | None:
-        with np.load(data_path(directory, "graph", str(meta["stamp"]), ".npz")) as npz:
+        with np.load(data_file(directory, meta, "graph", ".npz")) as npz:
             arrays = {key: npz[key] for key in npz.files}
         g = cls()
         g.release = int(meta["release"])

@@ -13,9 +13,10 @@ out through the live mask the engine ANDs into every query. When extra segments 
 from __future__ import annotations
 
 import math
+import weakref
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,17 @@ import numpy as np
 import numpy.typing as npt
 
 from clew.filters import Mask
-from clew.index.files import LOAD_ERRORS, data_path, publish, read_manifest, staged
+from clew.index.files import (
+    LOAD_ERRORS,
+    Origin,
+    Source,
+    data_file,
+    data_path,
+    discarded,
+    publish,
+    read_manifest,
+    staged,
+)
 from clew.types import LegHit
 
 FORMAT = "clew-bm25/1"
@@ -43,6 +54,15 @@ class _Segment:
         return self.rows[a:b], self.tfs[a:b]
 
 
+@dataclass(slots=True)
+class _PopulationCounts:
+    mask: weakref.ref[Mask]
+    corpus: tuple[int, float]
+    """Chunk count and total length."""
+    df: dict[int, float] = field(default_factory=dict)
+    """Term id → chunks of the population that contain it (filled as terms are asked for)."""
+
+
 class BM25Index:
     """Inverted index with BM25 scoring and in-index filtering."""
 
@@ -56,6 +76,7 @@ class BM25Index:
         self.last_ordinal = 0
         self.release = -1
         self.analyzer = ""
+        self._populations: dict[int, _PopulationCounts] = {}
 
     # -- building ---------------------------------------------------------------------------
 
@@ -79,6 +100,7 @@ class BM25Index:
                 tfs.append(tf)
         if not lengths:
             return 0
+        self._populations = {}
         n_terms = len(vocab)
         tid_arr = np.asarray(term_ids, dtype=np.int64)
         order = np.argsort(tid_arr, kind="stable")
@@ -122,12 +144,15 @@ class BM25Index:
         *,
         k1: float = 0.9,
         b: float = 0.4,
+        population: Mask | None = None,
     ) -> list[LegHit]:
         """Top-k chunks by BM25 among ``allowed`` ordinals (score desc, ordinal asc).
 
         ``tokens``: analyzer tokens (repeats count as query term frequency), or a mapping of
-        term to weight (:func:`clew.ingest.analyze.query_terms`)."""
-        scores = self.scores(tokens, len(allowed), k1=k1, b=b)
+        term to weight (:func:`clew.ingest.analyze.query_terms`). ``population``: the chunks
+        whose statistics (count, average length, document frequencies) BM25 uses — a caller's
+        scope, so that nothing outside it shifts a score; None = the whole index."""
+        scores = self.scores(tokens, len(allowed), k1=k1, b=b, population=population)
         if scores is None:
             return []
         scores[~allowed] = 0.0
@@ -140,20 +165,26 @@ class BM25Index:
         *,
         k1: float = 0.9,
         b: float = 0.4,
+        population: Mask | None = None,
     ) -> npt.NDArray[np.float32] | None:
-        """BM25 of every ordinal below ``size`` (None when no query term is indexed)."""
+        """BM25 of every ordinal below ``size`` (None when no query term is indexed).
+
+        ``population`` as in :meth:`search`: statistics over those chunks only, and a term no
+        chunk of it contains scores nothing (as in an index of those chunks alone)."""
         if not tokens or self.n_docs == 0:
             return None
         weighted = tokens.items() if isinstance(tokens, Mapping) else Counter(tokens).items()
         qtf = {t: float(w) for t, w in weighted if t in self.vocab and w > 0}
+        if population is not None:
+            qtf = {t: w for t, w in qtf.items() if self._df(self.vocab[t], population) > 0}
         if not qtf:
             return None
         scores = np.zeros(size, dtype=np.float32)
-        avgdl = self.total_len / max(self.n_docs, 1)
-        n = self.n_docs
+        n, total = self._corpus(population)
+        avgdl = total / max(n, 1)
         for term, weight in qtf.items():
             tid = self.vocab[term]
-            df = float(self.df[tid])
+            df = self._df(tid, population)
             idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
             for seg in self.segments:
                 rows, tf = seg.postings(tid)
@@ -166,15 +197,56 @@ class BM25Index:
                 scores[rows] += np.float32(idf * weight) * (tf * (k1 + 1.0) / (tf + norm))
         return scores
 
-    def idf(self, term: str) -> float:
-        """BM25 idf of an analyzer token; a token no chunk has gets the highest idf (df 0)."""
+    def idf(self, term: str, population: Mask | None = None) -> float:
+        """BM25 idf of an analyzer token; a token no chunk has gets the highest idf (df 0).
+        ``population`` as in :meth:`search`."""
         tid = self.vocab.get(term)
-        df = 0.0 if tid is None else float(self.df[tid])
-        return math.log(1.0 + (self.n_docs - df + 0.5) / (df + 0.5))
+        df = 0.0 if tid is None else self._df(tid, population)
+        n, _ = self._corpus(population)
+        return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+    def _corpus(self, population: Mask | None) -> tuple[int, float]:
+        """Chunk count and total length of the population (None: the whole index)."""
+        if population is None:
+            return self.n_docs, self.total_len
+        return self._counts(population).corpus
+
+    def _df(self, tid: int, population: Mask | None) -> float:
+        """Chunks of the population that contain term ``tid``."""
+        if population is None:
+            return float(self.df[tid])
+        counts = self._counts(population)
+        found = counts.df.get(tid)
+        if found is None:
+            n = 0
+            for seg in self.segments:
+                rows, _ = seg.postings(tid)
+                rows = rows[rows < len(population)]
+                n += int(np.count_nonzero(population[rows]))
+            found = counts.df[tid] = float(n)
+        return found
+
+    def _counts(self, population: Mask) -> _PopulationCounts:
+        """The population's statistics, counted once per population (masks are cached per
+        scope and snapshot by the engine) and forgotten when chunks are added."""
+        cached = self._populations.get(id(population))
+        if cached is not None and cached.mask() is population:
+            return cached
+        inside = population[: len(self.doclen)]
+        lengths = self.doclen[: len(inside)][inside]
+        counts = _PopulationCounts(
+            weakref.ref(population), (len(lengths), float(lengths.astype(np.float64).sum()))
+        )
+        self._populations[id(population)] = counts
+        while len(self._populations) > 8:
+            self._populations.pop(next(iter(self._populations)))
+        return counts
 
     # -- persistence ------------------------------------------------------------------------
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: Path, origin: Origin | None = None) -> None:
+        """Save under a sealed manifest; ``origin``: the store release this index reflects
+        (a load checked against the store rejects a manifest without it)."""
         arrays: dict[str, npt.NDArray[np.generic]] = {"df": self.df, "doclen": self.doclen}
         for i, seg in enumerate(self.segments):
             arrays[f"indptr{i}"] = seg.indptr
@@ -189,6 +261,7 @@ class BM25Index:
             "total_len": self.total_len,
             "analyzer": self.analyzer,
             "segments": len(self.segments),
+            "origin": None if origin is None else origin.to_json(),
         }
         with staged(directory, "lexical") as stamp:
             np.savez(data_path(directory, "lexical", stamp, ".npz"), **arrays)  # type: ignore[arg-type]
@@ -198,23 +271,28 @@ class BM25Index:
             publish(directory, "lexical", stamp, meta)
 
     @classmethod
-    def load(cls, directory: Path) -> BM25Index | None:
-        """The saved index, or None when it is missing, torn or inconsistent (then rebuild)."""
-        meta = read_manifest(directory, "lexical", FORMAT)
+    def load(cls, directory: Path, *, source: Source | None = None) -> BM25Index | None:
+        """The saved index, or None when it is missing, torn, damaged, inconsistent or (given
+        ``source``) not derived from that store at a release it has (then rebuild); see
+        :func:`clew.index.files.read_manifest`."""
+        meta = read_manifest(directory, "lexical", FORMAT, source=source)
         if meta is None:
             return None
         try:
-            return cls._load(directory, meta)
-        except LOAD_ERRORS:
+            idx = cls._load(directory, meta)
+        except LOAD_ERRORS as exc:
+            discarded(directory / "lexical.json", f"its files do not load ({exc!r})")
             return None
+        if idx is None:
+            discarded(directory / "lexical.json", "its arrays do not fit together")
+        return idx
 
     @classmethod
     def _load(cls, directory: Path, meta: dict[str, Any]) -> BM25Index | None:
-        stamp = str(meta["stamp"])
         n_segments = int(meta["segments"])
-        with np.load(data_path(directory, "lexical", stamp, ".npz")) as data:
+        with np.load(data_file(directory, meta, "lexical", ".npz")) as data:
             arrays = {key: data[key] for key in data.files}
-        terms = data_path(directory, "lexical", stamp, ".terms").read_text(encoding="utf-8")
+        terms = data_file(directory, meta, "lexical", ".terms").read_text(encoding="utf-8")
         idx = cls()
         lines = terms.split("\n") if terms else []
         idx.vocab = {t: i for i, t in enumerate(lines)}

@@ -54,6 +54,20 @@ Scoring = Literal["exact", "native", "rescore"]
 
 
 @dataclass(frozen=True, slots=True)
+class Population:
+    """The chunks BM25's statistics are computed over when not the whole table: a caller's
+    scope as one SQL predicate over ``chunks AS c``, and a key naming it for caches."""
+
+    key: str
+    where: sql.Composable
+
+
+def _one(conn: psycopg.Connection[Any], query: sql.Composed) -> int:
+    row = conn.execute(query).fetchone()
+    return int(row[0]) if row else 0
+
+
+@dataclass(frozen=True, slots=True)
 class CorpusStats:
     """BM25's corpus statistics: how many chunks, and their total length in tokens."""
 
@@ -161,35 +175,64 @@ class PgLexical:
         self._df: dict[str, int] | None = {} if cache_df else None
         self._df_lock = threading.Lock()
 
-    def doc_freqs(self, conn: psycopg.Connection[Any], terms: Sequence[str]) -> dict[str, int]:
-        """How many chunks hold each term (one pg_search count per term not cached yet)."""
+    def doc_freqs(
+        self,
+        conn: psycopg.Connection[Any],
+        terms: Sequence[str],
+        within: Population | None = None,
+    ) -> dict[str, int]:
+        """How many chunks hold each term (one pg_search count per term not cached yet);
+        ``within``: only chunks of that population (a caller's scope) count."""
         cache = self._df
+        prefix = "" if within is None else within.key + "\x00"
         if cache is not None:
             with self._df_lock:
-                known = {t: cache[t] for t in terms if t in cache}
+                known = {t: cache[prefix + t] for t in terms if prefix + t in cache}
         else:
             known = {}
         todo = [t for t in dict.fromkeys(terms) if t not in known]
         if todo:
-            rows = conn.execute(
-                "SELECT u.t, (SELECT count(*) FROM chunks AS c "
-                "WHERE c.tokens @@@ paradedb.term('tokens', u.t)) FROM unnest(%s::text[]) AS u(t)",
-                (todo,),
-            ).fetchall()
+            if within is None:
+                rows = conn.execute(
+                    "SELECT u.t, (SELECT count(*) FROM chunks AS c "
+                    "WHERE c.tokens @@@ paradedb.term('tokens', u.t)) "
+                    "FROM unnest(%s::text[]) AS u(t)",
+                    (todo,),
+                ).fetchall()
+            else:
+                # the matches first (pg_search plans only simple predicates beside @@@)
+                rows = [
+                    (
+                        t,
+                        _one(
+                            conn,
+                            sql.SQL(
+                                "WITH m AS MATERIALIZED (SELECT c.ordinal FROM chunks AS c "
+                                "WHERE c.tokens @@@ paradedb.term('tokens', {})) "
+                                "SELECT count(*) FROM m JOIN chunks AS c ON c.ordinal = m.ordinal "
+                                "WHERE ({})"
+                            ).format(sql.Literal(t), within.where),
+                        ),
+                    )
+                    for t in todo
+                ]
             found = {str(t): int(n) for t, n in rows}
             if cache is not None:
                 with self._df_lock:
                     if len(cache) > 100_000:
                         cache.clear()
-                    cache.update(found)
+                    cache.update({prefix + t: n for t, n in found.items()})
             known.update(found)
         return known
 
-    def idf(self, terms: Sequence[str], stats: CorpusStats) -> dict[str, float]:
-        """BM25 idf of each term, as :meth:`clew.index.lexical.BM25Index.idf` (df 0: highest)."""
+    def idf(
+        self, terms: Sequence[str], stats: CorpusStats, within: Population | None = None
+    ) -> dict[str, float]:
+        """BM25 idf of each term, as :meth:`clew.index.lexical.BM25Index.idf` (df 0: highest);
+        ``within`` as in :meth:`doc_freqs` (then ``stats`` are that population's)."""
         usable = [t for t in terms if t and "\x00" not in t]
         with self.connect() as conn:
-            df = self.doc_freqs(conn, usable)
+            df = self.doc_freqs(conn, usable, within)
         n = stats.n_docs
         return {t: math.log(1.0 + (n - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)) for t in terms}
 
@@ -201,8 +244,10 @@ class PgLexical:
         k1: float = 0.9,
         b: float = 0.4,
         stats: CorpusStats,
+        within: Population | None = None,
     ) -> dict[int, float]:
-        """BM25 of the given chunks (0 for one without a query term; absent: no such chunk)."""
+        """BM25 of the given chunks (0 for one without a query term; absent: no such chunk);
+        ``within`` as in :meth:`doc_freqs`."""
         weighted = {t: float(w) for t, w in terms.items() if w > 0 and t and "\x00" not in t}
         wanted = sorted({int(o) for o in ordinals})
         if not wanted:
@@ -211,7 +256,7 @@ class PgLexical:
             rows = conn.execute(
                 "SELECT ordinal, tokens FROM chunks WHERE ordinal = ANY(%s)", (wanted,)
             ).fetchall()
-            df = self.doc_freqs(conn, list(weighted)) if weighted else {}
+            df = self.doc_freqs(conn, list(weighted), within) if weighted else {}
         n, avgdl = stats.n_docs, max(stats.avgdl, 1e-9)
         idf = {
             t: math.log(1.0 + (n - df[t] + 0.5) / (df[t] + 0.5))
@@ -229,11 +274,17 @@ class PgLexical:
         return out
 
     @staticmethod
-    def corpus_stats(conn: psycopg.Connection[Any]) -> CorpusStats:
-        """Chunk count and total token count (one scan of ``chunks``; cache it per release)."""
+    def corpus_stats(
+        conn: psycopg.Connection[Any], within: sql.Composable | None = None
+    ) -> CorpusStats:
+        """Chunk count and total token count (one scan of ``chunks``; cache it per release);
+        ``within``: of the chunks that predicate allows only."""
         row = conn.execute(
-            "SELECT count(*), coalesce(sum(CASE WHEN tokens = '' THEN 0 ELSE "
-            "length(tokens) - length(replace(tokens, ' ', '')) + 1 END), 0) FROM chunks"
+            sql.SQL(
+                "SELECT count(*), coalesce(sum(CASE WHEN c.tokens = '' THEN 0 ELSE "
+                "length(c.tokens) - length(replace(c.tokens, ' ', '')) + 1 END), 0) "
+                "FROM chunks AS c WHERE {}"
+            ).format(sql.SQL("TRUE") if within is None else within)
         ).fetchone()
         assert row is not None
         return CorpusStats(int(row[0]), float(row[1]))
@@ -248,20 +299,22 @@ class PgLexical:
         b: float = 0.4,
         stats: CorpusStats | None = None,
         allowed_share: float | None = None,
+        within: Population | None = None,
     ) -> list[LegHit]:
         """Top-k chunks by BM25 among those ``where`` allows (score desc, ordinal asc).
 
         ``terms``: query term → weight (:func:`clew.ingest.analyze.query_terms`); ``k1``/``b``
         apply to the exact and rescore scorings (native scoring is tantivy's 1.2/0.75).
         ``allowed_share``: the share of chunks ``where`` allows, when known (rescore uses it to
-        find the candidates without handing a broad filter to pg_search)."""
+        find the candidates without handing a broad filter to pg_search). ``within``: the
+        population whose statistics BM25 uses (a caller's scope; ``stats`` must be its)."""
         weighted = {t: float(w) for t, w in terms.items() if w > 0 and t and "\x00" not in t}
         if not weighted or k <= 0:
             return []
         with self.connect() as conn:
             if self.scoring == "native":
                 return self._native(conn, weighted, where, k)
-            return self._exact(conn, weighted, where, k, k1, b, stats, allowed_share)
+            return self._exact(conn, weighted, where, k, k1, b, stats, allowed_share, within)
 
     def _native(
         self, conn: psycopg.Connection[Any], weighted: dict[str, float], where: Any, k: int
@@ -285,14 +338,16 @@ class PgLexical:
         b: float,
         stats: CorpusStats | None,
         allowed_share: float | None = None,
+        within: Population | None = None,
     ) -> list[LegHit]:
         words = list(weighted)
-        df = self.doc_freqs(conn, words)
+        matches = self.doc_freqs(conn, words)
+        df = matches if within is None else self.doc_freqs(conn, words, within)
         present = [t for t in words if df.get(t, 0) > 0]
         if not present:
             return []
         if stats is None:
-            stats = self.corpus_stats(conn)
+            stats = self.corpus_stats(conn, None if within is None else within.where)
         n = stats.n_docs
         iw = [weighted[t] * math.log(1.0 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in present]
         query = sql.SQL(_EXACT).format(
@@ -324,7 +379,8 @@ class PgLexical:
                     k=sql.Literal(int(k)),
                 )
 
-            top = self._oversampled(conn, match, where, pool, allowed_share, sum(df.values()))
+            total = sum(matches.get(t, 0) for t in present)
+            top = self._oversampled(conn, match, where, pool, allowed_share, total)
             if top is not None:
                 rows = conn.execute(rescore(top)).fetchall()
             else:

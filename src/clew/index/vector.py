@@ -18,7 +18,17 @@ import numpy.typing as npt
 
 from clew.config import DenseConfig
 from clew.filters import Mask
-from clew.index.files import LOAD_ERRORS, data_path, publish, read_manifest, staged
+from clew.index.files import (
+    LOAD_ERRORS,
+    Origin,
+    Source,
+    data_file,
+    data_path,
+    discarded,
+    publish,
+    read_manifest,
+    staged,
+)
 from clew.index.lexical import top_k
 from clew.types import LegHit
 
@@ -135,7 +145,9 @@ class VectorIndex:
 
     # -- persistence ------------------------------------------------------------------------
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: Path, origin: Origin | None = None) -> None:
+        """Save under a sealed manifest; ``origin``: the store release this index reflects
+        (a load checked against the store rejects a manifest without it)."""
         meta = {
             "format": FORMAT,
             "release": self.release,
@@ -145,6 +157,7 @@ class VectorIndex:
             "model": self.model,
             "hnsw_rows": self._hnsw_rows if self.hnsw is not None else 0,
             "hnsw_m": self.config.hnsw_m,
+            "origin": None if origin is None else origin.to_json(),
         }
         with staged(directory, "vectors") as stamp:
             np.save(
@@ -158,23 +171,35 @@ class VectorIndex:
             publish(directory, "vectors", stamp, meta)
 
     @classmethod
-    def load(cls, directory: Path, config: DenseConfig) -> VectorIndex | None:
-        """The saved index, or None when it is missing, torn, inconsistent or built with other
-        HNSW settings (then rebuild)."""
-        meta = read_manifest(directory, "vectors", FORMAT)
-        if meta is None or meta.get("hnsw_m") != config.hnsw_m:
+    def load(
+        cls, directory: Path, config: DenseConfig, *, source: Source | None = None
+    ) -> VectorIndex | None:
+        """The saved index, or None when it is missing, torn, damaged, inconsistent, built with
+        other HNSW settings or (given ``source``) not derived from that store at a release it
+        has (then rebuild); see :func:`clew.index.files.read_manifest`."""
+        meta = read_manifest(directory, "vectors", FORMAT, source=source)
+        if meta is None:
+            return None
+        if meta.get("hnsw_m") != config.hnsw_m:
+            discarded(
+                directory / "vectors.json",
+                f"built with hnsw_m={meta.get('hnsw_m')!r}, configured {config.hnsw_m}",
+            )
             return None
         try:
-            return cls._load(directory, config, meta)
-        except LOAD_ERRORS:
+            idx = cls._load(directory, config, meta)
+        except LOAD_ERRORS as exc:
+            discarded(directory / "vectors.json", f"its files do not load ({exc!r})")
             return None
+        if idx is None:
+            discarded(directory / "vectors.json", "its arrays do not fit together")
+        return idx
 
     @classmethod
     def _load(
         cls, directory: Path, config: DenseConfig, meta: dict[str, Any]
     ) -> VectorIndex | None:
-        stamp = str(meta["stamp"])
-        matrix = np.load(data_path(directory, "vectors", stamp, ".npy"))
+        matrix = np.load(data_file(directory, meta, "vectors", ".npy"))
         idx = cls(int(meta["dim"]), config)
         idx.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
         idx.count = int(meta["count"])
@@ -188,7 +213,7 @@ class VectorIndex:
         if meta.get("hnsw_rows"):
             import faiss
 
-            idx.hnsw = faiss.read_index(str(data_path(directory, "vectors", stamp, ".hnsw")))
+            idx.hnsw = faiss.read_index(str(data_file(directory, meta, "vectors", ".hnsw")))
             idx._hnsw_rows = int(meta["hnsw_rows"])
             if idx.hnsw.ntotal != idx._hnsw_rows or idx.hnsw.d != idx.dim:
                 return None

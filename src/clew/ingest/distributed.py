@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from clew.config import ChunkConfig, ConceptConfig, EmbedderConfig
+from clew.config import ChunkConfig, ConceptConfig, EmbedderConfig, IngestLimits
 from clew.errors import ConfigError, LoadError
 from clew.ingest.chunk import Chunker
 from clew.ingest.concepts import ConceptExtractor
@@ -90,6 +90,7 @@ class ContextSpec:
     concepts: ConceptConfig
     fingerprint: str
     batch_chunks: int = 256
+    limits: IngestLimits = field(default_factory=IngestLimits)
 
     def build(self) -> IngestContext:
         encoder = self.encoder()
@@ -97,9 +98,9 @@ class ContextSpec:
         if counter is None:
             raise ConfigError("the encoder has no count_tokens(texts) method for chunk sizing")
         return IngestContext(
-            chunker=Chunker(self.chunk, counter),
+            chunker=Chunker(self.chunk, counter, self.limits),
             encoder=encoder,
-            extractor=ConceptExtractor(self.concepts),
+            extractor=ConceptExtractor(self.concepts, self.limits),
             fingerprint=self.fingerprint,
             batch_chunks=self.batch_chunks,
         )
@@ -149,6 +150,7 @@ def engine_spec(
         chunk=engine.config.chunk,
         concepts=engine.extractor.config,
         fingerprint=json.dumps(meta, sort_keys=True),
+        limits=engine.config.ingest,
     )
 
 

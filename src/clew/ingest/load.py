@@ -5,24 +5,36 @@ file and the problem (unreadable, binary, invalid UTF-8, malformed line). Nothin
 the pipeline loads everything first, so a bad file stops the ingest before any write.
 
 Loaders take untrusted files: every pattern here runs in linear time on any input, metadata
-(front matter, JSONL ``metadata``) must be plain JSON values of bounded depth and size, and
-memory stays a small multiple of the file's size.
+(front matter, JSONL ``metadata``) must be plain JSON values of bounded depth and size, a file
+over :attr:`~clew.config.IngestLimits.max_file_bytes` is refused before it is read (never more
+than that many bytes are read), and memory stays a small multiple of the file's size.
+
+A directory walk never leaves its root through a symlink unless asked to (``follow_symlinks``):
+a link whose target lies outside is skipped with a warning naming it; links inside the root are
+followed, every real file is loaded once (under its own path when the walk also reaches it
+directly), and a directory already walked is never walked again, so a symlink loop ends.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 import html
 import json
+import logging
 import math
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from clew.config import IngestLimits
 from clew.errors import LoadError
 from clew.ingest.chunk import HEADING, heading_text
 from clew.types import Document
+
+logger = logging.getLogger(__name__)
 
 SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".html", ".htm", ".jsonl")
 
@@ -44,12 +56,35 @@ _MD_LINK = re.compile(
 _NON_BLANK = re.compile(r"\S")
 
 
-def read_text(path: Path) -> str:
-    """Read a file as UTF-8 text, refusing binary files and invalid UTF-8 with a clear error."""
+def _too_big(path: Path, size: str, max_bytes: int) -> LoadError:
+    return LoadError(
+        f"{str(path)!r} is {size} bytes; allowed: at most {max_bytes:,} bytes "
+        "(ingest.max_file_bytes)"
+    )
+
+
+def read_bytes(path: Path, max_bytes: int | None = None) -> bytes:
+    """A file's bytes, refusing one over ``max_bytes`` (default: the default limit) by its size
+    before reading it, and reading at most ``max_bytes + 1`` bytes whatever the size says (a
+    file that grows, or one whose size the system does not report, as under ``/proc``)."""
+    limit = IngestLimits().max_file_bytes if max_bytes is None else max_bytes
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > limit:
+                raise _too_big(path, f"{size:,}", limit)
+            data = f.read(limit + 1)
     except OSError as exc:
         raise LoadError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
+    if len(data) > limit:
+        raise _too_big(path, f"more than {limit:,}", limit)
+    return data
+
+
+def read_text(path: Path, max_bytes: int | None = None) -> str:
+    """Read a file as UTF-8 text, refusing binary files, invalid UTF-8 and a file over
+    ``max_bytes`` (:func:`read_bytes`) with a clear error."""
+    data = read_bytes(path, max_bytes)
     if b"\x00" in data[:8192]:
         raise LoadError(f"{str(path)!r} is a binary file (NUL bytes); expected UTF-8 text")
     try:
@@ -87,8 +122,8 @@ def _check_title(title: str, where: str) -> str:
     return title
 
 
-def load_markdown(path: Path, doc_id: str) -> Document:
-    text = read_text(path)
+def load_markdown(path: Path, doc_id: str, limits: IngestLimits | None = None) -> Document:
+    text = read_text(path, _max_bytes(limits))
     metadata: dict[str, Any] = {}
     match = _FRONT_MATTER.match(text)
     if match:
@@ -140,8 +175,8 @@ def _front_matter(raw: str, where: str) -> dict[str, Any]:
     return plain
 
 
-def load_text(path: Path, doc_id: str) -> Document:
-    text = read_text(path).strip("\n")
+def load_text(path: Path, doc_id: str, limits: IngestLimits | None = None) -> Document:
+    text = read_text(path, _max_bytes(limits)).strip("\n")
     first = _NON_BLANK.search(text)
     line = ""
     if first is not None:
@@ -250,9 +285,11 @@ def _html_text(source: str) -> tuple[str, str, list[str]]:
     return "".join(title), "".join(parts), links
 
 
-def load_html(path: Path, doc_id: str) -> Document:
-    raw_title, text, links = _html_text(read_text(path))
-    body = re.sub(r"[ \t]*\n[ \t]*", "\n", text)
+def load_html(path: Path, doc_id: str, limits: IngestLimits | None = None) -> Document:
+    raw_title, text, links = _html_text(read_text(path, _max_bytes(limits)))
+    # blanks around line breaks go, line by line: the regex [ \t]*\n[ \t]* is quadratic on a
+    # long run of blanks without a line break (" <b>" repeated)
+    body = "\n".join(line.strip(" \t") for line in text.split("\n"))
     body = re.sub(r"\n{3,}", "\n\n", body).strip()
     title = raw_title.strip()
     if not title or len(title) > MAX_TITLE_CHARS:
@@ -289,9 +326,9 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
         lineno += 1
 
 
-def load_jsonl(path: Path) -> Iterator[Document]:
+def load_jsonl(path: Path, limits: IngestLimits | None = None) -> Iterator[Document]:
     """BEIR corpus layout: one object per line with ``_id``, ``title``, ``text``, ``metadata``."""
-    text = read_text(path)
+    text = read_text(path, _max_bytes(limits))
     for lineno, line in _lines(text):
         where = f"{str(path)!r} line {lineno}"
         try:
@@ -417,6 +454,25 @@ def _plain(value: Any, where: _Where) -> Any:
     )
 
 
+def check_json_depth(value: Any, where: str, limit: int = MAX_METADATA_DEPTH) -> None:
+    """A LoadError naming ``where`` when a parsed JSON value nests lists and objects deeper
+    than ``limit`` levels (walked without recursion, so any depth is refused, not a crash)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            raise LoadError(
+                f"{where}: JSON is nested deeper than {limit} levels; allowed: at most that"
+            )
+        stack.extend((child, depth + 1) for child in children)
+
+
 def _short(value: Any, limit: int = 40) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -425,50 +481,135 @@ def _short(value: Any, limit: int = 40) -> str:
 # -- files and directories ------------------------------------------------------------------------
 
 
-def directory_files(directory: Path) -> list[Path]:
+def directory_files(directory: Path, *, follow_symlinks: bool = False) -> list[Path]:
     """The files :func:`load_path` reads from a directory: recursively, supported suffixes
-    only, no dot-files or dot-directories, sorted (a document's id is its relative path)."""
-    return sorted(
-        f
-        for f in directory.rglob("*")
-        if f.is_file()
-        and f.suffix.lower() in SUPPORTED_SUFFIXES
-        and not any(part.startswith(".") for part in f.relative_to(directory).parts)
-    )
+    only, no dot-files or dot-directories, sorted (a document's id is its relative path).
+
+    Symlinks inside the root are followed; one whose target lies outside it is skipped with a
+    warning unless ``follow_symlinks``. Every real file is listed once: under its own path when
+    the walk reaches it without a link, else under the first link that reaches it (links are
+    taken in sorted order, after every directory reached without one). A directory is walked
+    once, so a symlink loop (a link to an ancestor) ends with a warning."""
+    root = Path(directory)
+    root_real = Path(os.path.realpath(root))
+    walked: set[Path] = {root_real}
+    chosen: dict[Path, Path] = {}  # real file -> the path it is listed under
+    links: list[tuple[Path, Path]] = []  # (link, the real directory above it), walked last
+    real_dirs: list[tuple[Path, Path]] = [(root, root_real)]
+    while real_dirs or links:
+        if not real_dirs:  # every directory reached without a link is done: now the links
+            link, parent = heapq.heappop(links)
+            target = _link_target(link, parent, root, root_real, walked, follow_symlinks)
+            if target is None:
+                continue
+            if target.is_dir():
+                walked.add(target)
+                real_dirs.append((link, target))
+            elif target.is_file() and link.suffix.lower() in SUPPORTED_SUFFIXES:
+                chosen.setdefault(target, link)
+            continue
+        where, real = real_dirs.pop()
+        try:
+            with os.scandir(where) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            logger.warning("skipping directory %r: %s", str(where), exc.strerror or exc)
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            path = Path(entry.path)
+            try:
+                if entry.is_symlink():
+                    heapq.heappush(links, (path, real))
+                elif entry.is_dir(follow_symlinks=False):
+                    walked.add(real / entry.name)
+                    real_dirs.append((path, real / entry.name))
+                elif (
+                    entry.is_file(follow_symlinks=False)
+                    and path.suffix.lower() in SUPPORTED_SUFFIXES
+                ):
+                    chosen.setdefault(real / entry.name, path)
+            except OSError as exc:
+                logger.warning("skipping %r: %s", str(path), exc.strerror or exc)
+    return sorted(chosen.values())
 
 
-def load_path(path: str | Path) -> Iterator[Document]:
-    """Load a file or a directory (recursively, supported suffixes only, sorted, no dot-files)."""
+def _link_target(
+    link: Path, parent: Path, root: Path, root_real: Path, walked: set[Path], follow: bool
+) -> Path | None:
+    """Where a symlink met in the walk leads, or None (with a log line) when it is skipped."""
+    try:
+        target = Path(os.path.realpath(parent / link.name, strict=True))
+    except FileNotFoundError:
+        logger.warning("skipping %r: a broken symlink", str(link))
+        return None
+    except OSError as exc:  # ELOOP: links that lead to each other
+        logger.warning("skipping %r: %s", str(link), exc.strerror or exc)
+        return None
+    if not follow and not target.is_relative_to(root_real):
+        logger.warning(
+            "skipping %r: a symlink to %r, outside %r (allowed with --follow-symlinks)",
+            str(link),
+            str(target),
+            str(root),
+        )
+        return None
+    if target.is_dir() and target in walked:
+        if (parent / link.name).is_relative_to(target):
+            logger.warning(
+                "skipping %r: a symlink loop (it leads back to %r)", str(link), str(target)
+            )
+        else:
+            logger.info("skipping %r: its directory %r is already walked", str(link), str(target))
+        return None
+    return target
+
+
+def load_path(
+    path: str | Path,
+    *,
+    limits: IngestLimits | None = None,
+    follow_symlinks: bool = False,
+) -> Iterator[Document]:
+    """Load a file or a directory (recursively, supported suffixes only, sorted, no dot-files,
+    symlinks out of the directory skipped unless ``follow_symlinks``: :func:`directory_files`).
+
+    A file given directly is read even when it is a symlink: naming it is the caller's choice."""
     p = Path(path)
     if not p.exists():
         raise LoadError(f"no such file or directory: {str(p)!r}")
     if p.is_dir():
-        for f in directory_files(p):
-            yield from load_file(f, f.relative_to(p).as_posix())
+        for f in directory_files(p, follow_symlinks=follow_symlinks):
+            yield from load_file(f, f.relative_to(p).as_posix(), limits)
     elif not p.is_file():
         raise LoadError(
             f"{str(p)!r} is not a regular file (a device, socket or pipe); allowed: files and "
             "directories"
         )
     else:
-        yield from load_file(p, p.name)
+        yield from load_file(p, p.name, limits)
 
 
-def load_file(path: Path, doc_id: str) -> Iterator[Document]:
+def load_file(path: Path, doc_id: str, limits: IngestLimits | None = None) -> Iterator[Document]:
     suffix = path.suffix.lower()
     if suffix in (".md", ".markdown"):
-        yield load_markdown(path, doc_id)
+        yield load_markdown(path, doc_id, limits)
     elif suffix == ".txt":
-        yield load_text(path, doc_id)
+        yield load_text(path, doc_id, limits)
     elif suffix in (".html", ".htm"):
-        yield load_html(path, doc_id)
+        yield load_html(path, doc_id, limits)
     elif suffix == ".jsonl":
-        yield from load_jsonl(path)
+        yield from load_jsonl(path, limits)
     else:
         raise LoadError(
             f"unsupported file type {suffix or '(none)'!r} for {str(path)!r}; "
             f"allowed: {', '.join(SUPPORTED_SUFFIXES)}"
         )
+
+
+def _max_bytes(limits: IngestLimits | None) -> int:
+    return (limits or IngestLimits()).max_file_bytes
 
 
 _EXTERNAL = re.compile(r"[a-z][a-z0-9+.-]*:", re.IGNORECASE)

@@ -70,7 +70,8 @@ def build_records(docs: Sequence[Document], ctx: IngestContext) -> list[Document
             concept_texts.append(f"{doc.title}\n{c.text}" if c.seq == 0 else c.text)
     # spaCy runs in a second thread while onnxruntime embeds: both release the GIL
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="clew-concepts") as pool:
-        pending = pool.submit(ctx.extractor.extract, concept_texts)
+        spans = [(d.doc_id, len(c)) for d, c in zip(docs, chunked, strict=True)]
+        pending = pool.submit(ctx.extractor.extract, concept_texts, spans)  # budget per doc
         vectors = ctx.encoder.encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)
         mentions = pending.result()
     records: list[DocumentRecord] = []

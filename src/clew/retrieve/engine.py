@@ -27,15 +27,22 @@ import numpy as np
 from clew.config import EmbedderConfig, EngineConfig, RecencyConfig, preset_config
 from clew.errors import ConfigError, QueryError, StoreError
 from clew.filters import Mask, MetadataColumns, matches, parse_filter, parse_time, to_json
-from clew.index.graph import GraphIndex, LinkedConcept
+from clew.index.graph import GraphIndex, GraphStats, LinkedConcept
 from clew.index.lexical import BM25Index
 from clew.index.vector import VectorIndex
 from clew.ingest.analyze import ANALYZER_VERSION, analyze, query_terms
 from clew.ingest.chunk import Chunker
 from clew.ingest.concepts import ConceptExtractor
 from clew.ingest.load import load_path
-from clew.ingest.pipeline import IngestContext, ingest
-from clew.protocols import ChunkRow, Encoder, RerankCandidate, Reranker, RerankScores
+from clew.ingest.pipeline import IngestContext, IngestWriter, ingest
+from clew.protocols import (
+    ChunkRow,
+    DocumentRecord,
+    Encoder,
+    RerankCandidate,
+    Reranker,
+    RerankScores,
+)
 from clew.retrieve.expand import ExpandStats, expand
 from clew.retrieve.fuse import Fused, dedup, rrf
 from clew.retrieve.rerank import build_reranker, leg_features, recency, rerank
@@ -114,6 +121,24 @@ class _ReadWriteLock:
                 self._cond.notify_all()
 
 
+SAME_SCOPE: Any = type("SameScope", (), {"__repr__": lambda self: "SAME_SCOPE"})()
+"""Statistics over the request's own scope (the default of ``stats_scope``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeStats:
+    """What query-time statistics are computed over for a scoped caller: BM25's chunk count,
+    lengths and document frequencies, answer idf and coverage, concept idf, hub cuts and
+    PageRank all come from ``population`` (the scope's live chunks), so no number a response
+    carries depends on data outside the scope."""
+
+    population: Mask
+    graph: GraphStats
+    sql: Any = None
+    """PostgreSQL: the scope as BM25's population in SQL, with its corpus statistics
+    (:meth:`clew.retrieve.sql_legs.SqlLegs.population`)."""
+
+
 @dataclass(slots=True)
 class _Snapshot:
     release: int
@@ -135,6 +160,33 @@ class _Snapshot:
     _build: Callable[[str], Any] | None = None
     """Builds a derived index that is not in memory (PostgreSQL: only if something asks)."""
     _build_lock: threading.Lock = field(default_factory=threading.Lock)
+    _stats: OrderedDict[str, ScopeStats] = field(default_factory=OrderedDict)
+
+    def scope_stats(self, scope_json: str | None) -> ScopeStats | None:
+        """The statistics population of a caller's scope: its live chunks, and the graph leg's
+        numbers over them (None: unscoped, the whole index's statistics). Cached per scope."""
+        if scope_json is None:
+            return None
+        with self._lock:
+            cached = self._stats.get(scope_json)
+            if cached is not None:
+                self._stats.move_to_end(scope_json)
+                return cached
+        pg: Any = None
+        if self.sql is None:
+            population = self.allowed(None, scope_json)
+        else:  # the database evaluates the scope
+            node = parse_filter(scope_json)
+            key = json.dumps([None, scope_json, []])
+            where = self.sql.where(None, node)
+            population = self.sql.mask(key, where, self.live)
+            pg = self.sql.population(key, where)
+        stats = ScopeStats(population, self.graph.stats(population), pg)
+        with self._lock:
+            self._stats[scope_json] = stats
+            if len(self._stats) > 16:
+                self._stats.popitem(last=False)
+        return stats
 
     def _lazy(self, name: str) -> Any:
         with self._build_lock:
@@ -265,10 +317,15 @@ class _Run:
     timings: dict[str, float] = field(default_factory=dict)
     scope: dict[str, Any] | None = None
     """The caller's scope (AND-ed with the filter in every leg); None = unscoped."""
+    stats_scope: Any = SAME_SCOPE
+    """The scope statistics are computed over when it is not ``scope`` (recall: the caller's
+    scope without the memory conditions)."""
     caller: str | None = None
     """Name of the principal that asked (a service key's name; never the key)."""
     reference: float = 0.0
     """Reference time of recency weighting and ``as_of`` (epoch seconds)."""
+    scoped: ScopeStats | None = None
+    """The statistics population of a scoped request (None: the whole index's)."""
 
     def result(self) -> SearchResult:
         return SearchResult(
@@ -311,6 +368,7 @@ class _Run:
             "k": self.k,
             "filter": self.filter,
             "scope": self.scope,
+            **({} if self.stats_scope is SAME_SCOPE else {"stats_scope": self.stats_scope}),
             "caller": self.caller,
             "reference_time": self.reference,
             "preset": self.preset,
@@ -475,7 +533,7 @@ class Engine:
     @property
     def extractor(self) -> ConceptExtractor:
         if self._extractor is None:
-            self._extractor = ConceptExtractor(self.config.concepts)
+            self._extractor = ConceptExtractor(self.config.concepts, self.config.ingest)
         return self._extractor
 
     def _encoder_name(self) -> str:
@@ -529,9 +587,17 @@ class Engine:
     # -- writes -----------------------------------------------------------------------------
 
     def ingest(
-        self, sources: Iterable[str | Path] | Sequence[Document], *, progress: bool = False
+        self,
+        sources: Iterable[str | Path] | Sequence[Document],
+        *,
+        progress: bool = False,
+        scope: Any = None,
     ) -> IngestReport:
         """Ingest files, directories or :class:`Document` values; then refresh the indexes.
+
+        ``scope``: the writer's access filter (a service key's scope). Entity resolution then
+        resolves names against concepts its scope can see only, so what a write links to never
+        depends on (or reveals) documents outside the scope.
 
         One writer at a time: the write lock (:mod:`clew.store.lock`) is held from the first
         store read to the last derived-index save; waiting longer than ``write_timeout`` for
@@ -543,13 +609,14 @@ class Engine:
         if all(isinstance(s, Document) for s in items):
             docs: Iterable[Document] = items  # type: ignore[assignment]
         else:
-            docs = [d for s in items for d in load_path(s)]  # type: ignore[arg-type]
+            limits = self.config.ingest
+            docs = [d for s in items for d in load_path(s, limits=limits)]  # type: ignore[arg-type]
         meta = self._ingest_meta()
         counter = getattr(self.encoder, "count_tokens", None)
         if counter is None:
             raise ConfigError("the encoder has no count_tokens(texts) method for chunk sizing")
         ctx = IngestContext(
-            chunker=Chunker(self.config.chunk, counter),
+            chunker=Chunker(self.config.chunk, counter, self.config.ingest),
             encoder=self.encoder,
             extractor=self.extractor,
             fingerprint=json.dumps(meta, sort_keys=True),
@@ -562,8 +629,11 @@ class Engine:
                 )
             if any(stored[k] != meta[k] for k in _INGEST_META):
                 self.store.set_meta(meta)  # before the first batch: it describes what is written
+            writer: IngestWriter = self.store
+            if parse_filter(scope) is not None:
+                writer = _ScopedWriter(self.store, self._snap(), scope)
             try:
-                report = ingest(docs, self.store, ctx, progress=progress)
+                report = ingest(docs, writer, ctx, progress=progress)
             finally:
                 self.refresh()
         return report
@@ -624,6 +694,10 @@ class Engine:
         release = self.store.release()
         snap = self._snapshot
         if snap is None or snap.release != release:
+            if snap is not None and not self._refresh_lock.acquire(blocking=False):
+                return snap  # another thread is catching up: answer from the current release
+            if snap is not None:
+                self._refresh_lock.release()
             self.refresh()
             snap = self._snapshot
         assert snap is not None
@@ -639,16 +713,19 @@ class Engine:
         if self.url is not None:
             return self._sync_sql()
         d = self.directory
-        saves: list[tuple[str, Callable[[Path], None]]] = []
+        store = self.store
+        assert isinstance(store, SQLiteStore)
+        saves: list[tuple[str, Callable[..., None]]] = []
         with self.store.reading():
             release = self.store.release()
+            origin = store.origin(release)  # what the saved files will say they reflect
             size = self.store.max_ordinal() + 1
             live_ords = self.store.live_ordinals()
             live = np.zeros(size, dtype=bool)
             live[live_ords] = True
             old = self._snapshot
 
-            lexical = old.lexical if old else BM25Index.load(d)
+            lexical = old.lexical if old else BM25Index.load(d, source=store)
             if (
                 lexical is None
                 or lexical.analyzer != ANALYZER_VERSION
@@ -666,7 +743,7 @@ class Engine:
                 saves.append(("lexical", lexical.save))
 
             model = str(self.store.get_meta("embedder_version") or "")
-            vector = old.vector if old else VectorIndex.load(d, self.config.dense)
+            vector = old.vector if old else VectorIndex.load(d, self.config.dense, source=store)
             if (
                 vector is None
                 or vector.model != model
@@ -683,9 +760,11 @@ class Engine:
                 vector.release = release
                 saves.append(("vector", vector.save))
 
-            graph = old.graph if old else GraphIndex.load(d)
+            graph = old.graph if old else GraphIndex.load(d, source=store)
             if graph is None or graph.release != release:
                 graph = GraphIndex.build(self.store.graph_rows(), size, release)
+                if old is not None:
+                    graph.adopt_fuzzy(old.graph)
                 saves.append(("graph", graph.save))
             if old is not None:
                 keys = dict(old.keys)
@@ -695,7 +774,7 @@ class Engine:
         if not self.store.read_only:
             for name, save in saves:
                 try:
-                    save(d)
+                    save(d, origin)
                 except (OSError, RuntimeError) as exc:  # faiss reports I/O as RuntimeError
                     log.warning(
                         "could not save the %s index in %s (%s); it is served from memory and "
@@ -765,15 +844,39 @@ class Engine:
         ``scope`` is the caller's access filter (a service key's scope): AND-ed with ``filter``
         in every leg and graph expansion, so a request can narrow what it sees, never widen it.
         ``caller`` names the principal in the trace. ``as_of`` (epoch seconds) is the
-        reference time of recency weighting (default: now)."""
-        cfg = config or (preset_config(preset) if preset else self.config)
+        reference time of recency weighting (default: now). Memories in the index are found as
+        documents are, on relevance alone: recency weighting of memories is :meth:`recall`'s."""
+        cfg = _without_memory_recency(config or (preset_config(preset) if preset else self.config))
+        return self._search(query, k, filter, preset, cfg, scope, caller, as_of, SAME_SCOPE)
+
+    def _search(
+        self,
+        query: str,
+        k: int | None,
+        filter: Any,
+        preset: str | None,
+        cfg: EngineConfig,
+        scope: Any,
+        caller: str | None,
+        as_of: float | None,
+        stats_scope: Any,
+    ) -> SearchResult:
         with self._reading() as snap:
             key = self._cache_key("search", query, k, filter, scope, preset, cfg, as_of, caller)
+            if key is not None and stats_scope is not SAME_SCOPE:
+                key += "\x00" + json.dumps(stats_scope, sort_keys=True, default=str)
             cached = self._cache_get(key, snap)
             if cached is not None:
                 return replace(cached, cached=True)  # type: ignore[no-any-return]
             run = self._retrieve(
-                query, k=k, filter=filter, preset=preset, config=cfg, scope=scope, as_of=as_of
+                query,
+                k=k,
+                filter=filter,
+                preset=preset,
+                config=cfg,
+                scope=scope,
+                as_of=as_of,
+                stats_scope=stats_scope,
             )
             run.caller = caller
             result = run.result()
@@ -862,11 +965,14 @@ class Engine:
         exclude_docs: Sequence[str] = (),
         scope: Any = None,
         as_of: float | None = None,
+        stats_scope: Any = SAME_SCOPE,
     ) -> _Run:
         """Every stage up to the final hits, with the intermediate lists kept for the trace.
 
         ``exclude_docs`` hides whole documents as a filter would (calibration uses it to make
-        queries whose evidence is absent)."""
+        queries whose evidence is absent). Statistics (BM25, concept idf, hub cuts, PageRank,
+        answer idf) are computed over ``stats_scope`` (default: ``scope``; None = the whole
+        index), so a scoped caller's numbers depend on nothing outside its scope."""
         started = time.perf_counter()
         timings: dict[str, float] = {}
         cfg = config or (preset_config(preset) if preset else self.config)
@@ -888,6 +994,11 @@ class Engine:
         snap = self._snap()
         sql_legs = snap.sql
         filtered = node is not None or scope_node is not None or bool(exclude_docs)
+        stats_node = scope_node if stats_scope is SAME_SCOPE else parse_filter(stats_scope)
+        stats_json = None if stats_node is None else json.dumps(to_json(stats_node), sort_keys=True)
+        scoped = snap.scope_stats(stats_json)
+        population = None if scoped is None else scoped.population
+        graph_stats = None if scoped is None else scoped.graph
 
         # names the request's SQL predicate in the per-release caches of SqlLegs
         where_key = json.dumps([filter_json, scope_json, sorted(exclude_docs)])
@@ -920,7 +1031,14 @@ class Engine:
             embedding = self._pool.submit(self._embed_query, query, timings)
 
         t = time.perf_counter()
-        if sql_legs is not None:
+        if sql_legs is not None and scoped is not None:
+            # a scoped caller's graph numbers come from the in-memory graph over its scope
+            allowed = mask()
+            linked = snap.graph.link(
+                query, fuzzy=cfg.graph.fuzzy, word_weight=cfg.graph.word_weight, stats=graph_stats
+            )
+            linked = snap.graph.within(linked, allowed)
+        elif sql_legs is not None:
             linked = sql_legs.graph.link(
                 query, fuzzy=cfg.graph.fuzzy, word_weight=cfg.graph.word_weight
             )
@@ -929,7 +1047,7 @@ class Engine:
         else:
             assert allowed is not None
             linked = snap.graph.link(
-                query, fuzzy=cfg.graph.fuzzy, word_weight=cfg.graph.word_weight
+                query, fuzzy=cfg.graph.fuzzy, word_weight=cfg.graph.word_weight, stats=graph_stats
             )
             if allowed is not snap.live:
                 linked = snap.graph.within(linked, allowed)
@@ -956,8 +1074,9 @@ class Engine:
                         cfg.lexical.depth,
                         k1=cfg.lexical.k1,
                         b=cfg.lexical.b,
-                        stats=sl.stats,
+                        stats=sl.stats if scoped is None else scoped.sql[1],
                         allowed_share=sl.share(where_key, where) if filtered else None,
+                        within=None if scoped is None else scoped.sql[0],
                     )
                 )
             if "dense" in chosen.legs:
@@ -967,7 +1086,14 @@ class Engine:
                     return in_release(sl.vector.search(embedding.result(), where, cfg.dense.depth))
 
                 inline["dense"] = sql_dense
-            if "graph" in chosen.legs:
+            if "graph" in chosen.legs and scoped is not None and allowed is not None:
+                in_scope = allowed
+                pooled["graph"] = lambda: in_release(
+                    snap.graph.search(
+                        query, in_scope, cfg.graph.depth, cfg.graph, linked, stats=graph_stats
+                    )
+                )
+            elif "graph" in chosen.legs:
                 pooled["graph"] = lambda: in_release(
                     sl.graph.search(
                         query,
@@ -983,7 +1109,12 @@ class Engine:
             mask_ = allowed
             if "lexical" in chosen.legs:
                 pooled["lexical"] = lambda: snap.lexical.search(
-                    tokens, mask_, cfg.lexical.depth, k1=cfg.lexical.k1, b=cfg.lexical.b
+                    tokens,
+                    mask_,
+                    cfg.lexical.depth,
+                    k1=cfg.lexical.k1,
+                    b=cfg.lexical.b,
+                    population=population,
                 )
             if "dense" in chosen.legs:
 
@@ -994,7 +1125,7 @@ class Engine:
                 inline["dense"] = dense
             if "graph" in chosen.legs:
                 pooled["graph"] = lambda: snap.graph.search(
-                    query, mask_, cfg.graph.depth, cfg.graph, linked
+                    query, mask_, cfg.graph.depth, cfg.graph, linked, stats=graph_stats
                 )
         lists = self._run_legs(pooled, inline, timings)
 
@@ -1020,6 +1151,9 @@ class Engine:
             timings["recency"] = _ms(t)
         run = _Run(cfg, query, k, to_json(node), preset or "default", snap, chosen, lists, fused)
         run.scope = to_json(scope_node)
+        if stats_scope is not SAME_SCOPE:
+            run.stats_scope = None if stats_node is None else to_json(stats_node)
+        run.scoped = scoped
         run.reference = reference
 
         pool = fused
@@ -1045,7 +1179,9 @@ class Engine:
             features: list[dict[str, float]] = [{} for _ in head]
             if cfg.rerank.kind == "features":
                 assert embedding is not None
-                features = self._features(snap, head, rows, embedding.result(), tokens, linked, cfg)
+                features = self._features(
+                    snap, head, rows, embedding.result(), tokens, linked, cfg, scoped
+                )
                 run.features = {f.ordinal: x for f, x in zip(head, features, strict=True)}
             candidates = [
                 RerankCandidate(
@@ -1091,6 +1227,7 @@ class Engine:
         tokens: Mapping[str, float],
         linked: Sequence[LinkedConcept],
         cfg: EngineConfig,
+        scoped: ScopeStats | None = None,
     ) -> list[dict[str, float]]:
         """The feature reranker's signals for each candidate (see :data:`rerank.FEATURES`)."""
         ords = np.array([f.ordinal for f in head], dtype=np.int64)
@@ -1103,7 +1240,13 @@ class Engine:
             for i, o in enumerate(ords.tolist()):
                 if o in vectors:
                     cos[i] = float(vectors[o] @ query)
-            scores = sql_legs.bm25_of(tokens, ords.tolist(), cfg.lexical.k1, cfg.lexical.b)
+            scores = sql_legs.bm25_of(
+                tokens,
+                ords.tolist(),
+                cfg.lexical.k1,
+                cfg.lexical.b,
+                None if scoped is None else scoped.sql,
+            )
             # rounded to float32, as the embedded index keeps its scores
             bm25 = np.asarray([scores.get(o, 0.0) for o in ords.tolist()], dtype=np.float32)
             bm25 = bm25.astype(np.float64)
@@ -1112,7 +1255,11 @@ class Engine:
             inside = ords < len(matrix)
             cos[inside] = matrix[ords[inside]] @ query
             full = snap.lexical.scores(
-                tokens, int(ords.max()) + 1, k1=cfg.lexical.k1, b=cfg.lexical.b
+                tokens,
+                int(ords.max()) + 1,
+                k1=cfg.lexical.k1,
+                b=cfg.lexical.b,
+                population=None if scoped is None else scoped.population,
             )
             if full is not None:
                 bm25 = full[ords].astype(np.float64)
@@ -1121,7 +1268,7 @@ class Engine:
         g = snap.graph
         weights = {g.key_to_row[c.key]: c.weight for c in linked}
         total = sum(weights.values())
-        pr = g.pagerank_chunk
+        pr = g.pagerank_chunk if scoped is None else scoped.graph.pagerank_chunk
         times = [parse_time(str(rows[o].metadata.get("created_at", ""))) for o in ords.tolist()]
         fresh = recency(times)
         out = []
@@ -1172,7 +1319,7 @@ class Engine:
         """Search, assemble a budgeted context, and answer with citations (or abstain).
 
         ``scope`` and ``caller`` as in :meth:`search`."""
-        cfg = config or (preset_config(preset) if preset else self.config)
+        cfg = _without_memory_recency(config or (preset_config(preset) if preset else self.config))
         with self._reading() as snap:
             key = self._cache_key("ask", question, k, filter, scope, preset, cfg, None, caller)
             cached = self._cache_get(key, snap)
@@ -1198,6 +1345,7 @@ class Engine:
         exclude_docs: Sequence[str] = (),
         scope: Any = None,
         as_of: float | None = None,
+        stats_scope: Any = SAME_SCOPE,
     ) -> tuple[Answer, _Run, dict[str, Any]]:
         from clew.compose.answer import (
             NOT_FOUND,
@@ -1221,6 +1369,7 @@ class Engine:
             exclude_docs=exclude_docs,
             scope=scope,
             as_of=as_of,
+            stats_scope=stats_scope,
         )
         timings = run.timings
         t = time.perf_counter()
@@ -1231,9 +1380,10 @@ class Engine:
         snap = run.snap
         asked = list(query_terms(question))
         if snap.sql is not None:
-            idf = snap.sql.idf(asked)
+            idf = snap.sql.idf(asked, None if run.scoped is None else run.scoped.sql)
         else:
-            idf = {term: snap.lexical.idf(term) for term in asked}
+            population = None if run.scoped is None else run.scoped.population
+            idf = {term: snap.lexical.idf(term, population) for term in asked}
         encoder = self.encoder if cfg.fusion.dense_weight > 0 else None
         selected = select_sentences(
             question,
@@ -1371,6 +1521,7 @@ class Engine:
             "config": cfg,
             "scope": old.get("scope"),
             "as_of": old.get("reference_time"),
+            "stats_scope": old.get("stats_scope", SAME_SCOPE),
         }
         with self._reading():
             if kind == "ask":
@@ -1436,9 +1587,11 @@ class Engine:
 
     def document(self, doc_id: str, *, scope: Any = None) -> StoredDocument | None:
         """The stored document, or None when there is none or ``scope`` hides it (a caller
-        outside the scope cannot tell the two apart)."""
+        outside the scope cannot tell the two apart: a missing id runs the scope check too, on
+        a stand-in, so both take about as long)."""
         found = self.store.document(doc_id)
         if found is None:
+            self._visible([0], {}, scope)
             return None
         doc, chunks = found
         if not self._visible([c[0] for c in chunks], doc["metadata"], scope):
@@ -1474,10 +1627,12 @@ class Engine:
         metadata: Mapping[str, Any] | None = None,
         relations: Any = (),
         stamp: Mapping[str, Any] | None = None,
+        scope: Any = None,
     ) -> str:
         """Store a memory (a small document with ``kind: memory``, a session and a time) and
         return its id. ``relations``: ``(relation, target)`` pairs to other memories or
-        documents, or ``concept:NAME``; they become typed graph edges. See :mod:`clew.memory`."""
+        documents, or ``concept:NAME``; they become typed graph edges. ``stamp`` and ``scope``:
+        a scoped writer's (see :func:`clew.memory.remember`). See :mod:`clew.memory`."""
         from clew.memory import remember
 
         return remember(
@@ -1488,6 +1643,7 @@ class Engine:
             metadata=metadata,
             relations=relations,
             stamp=stamp,
+            scope=scope,
         )
 
     def recall(
@@ -1532,14 +1688,18 @@ class Engine:
             parts.append({"created_at": bounds})
         if parse_filter(scope) is not None:
             parts.insert(0, scope)
-        return self.search(
+        # statistics over the caller's scope, not the memory conditions: a session or time
+        # window narrows what is found, not how words and concepts are weighted
+        return self._search(
             query,
-            k=k,
-            filter=filter,
-            config=config,
-            scope={"and": parts},
-            caller=caller,
-            as_of=parsed["as_of"],
+            k,
+            filter,
+            None,
+            config or self.config,
+            {"and": parts},
+            caller,
+            parsed["as_of"],
+            to_json(parse_filter(scope)) if parse_filter(scope) is not None else None,
         )
 
     def forget(self, memory_id: str) -> int:
@@ -1672,6 +1832,56 @@ def _hit(
 
 def _ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000.0, 3)
+
+
+class _ScopedWriter:
+    """The store as a scoped writer's ingest sees it: every write goes through, but the concepts
+    entity resolution may resolve against are those that chunks in the writer's scope mention
+    (in the release the ingest started from) or that this ingest wrote itself."""
+
+    def __init__(self, store: SQLiteStore | PostgresStore, snap: _Snapshot, scope: Any) -> None:
+        self._store = store
+        self._graph = snap.graph
+        self._allowed = snap.allowed(None, json.dumps(to_json(parse_filter(scope)), sort_keys=True))
+        self._written: set[str] = set()
+
+    def doc_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        return self._store.doc_hashes(doc_ids)
+
+    def write(self, records: Sequence[DocumentRecord]) -> int:
+        release = self._store.write(records)
+        for rec in records:
+            self._written.update(m.concept.key for ms in rec.mentions for m in ms)
+        return release
+
+    def release(self) -> int:
+        return self._store.release()
+
+    def concept_kinds(self, keys: Sequence[str]) -> dict[str, str]:
+        g, allowed = self._graph, self._allowed
+        upto = min(g.mentions.shape[1], len(allowed))
+
+        def visible(key: str) -> bool:
+            if key in self._written:
+                return True
+            row = g.key_to_row.get(key)
+            if row is None:
+                return False
+            cols = g.mentions.indices[g.mentions.indptr[row] : g.mentions.indptr[row + 1]]
+            cols = cols[cols < upto]
+            return bool(len(cols)) and bool(allowed[cols].any())
+
+        mine = [k for k in keys if visible(k)]
+        return self._store.concept_kinds(mine) if mine else {}
+
+
+def _without_memory_recency(cfg: EngineConfig) -> EngineConfig:
+    """The config :meth:`Engine.search` and :meth:`Engine.ask` run with: memories compete with
+    documents on relevance, so a fresh but weak memory cannot crowd out the documents a
+    search is for (recency of memories is :meth:`Engine.recall`'s)."""
+    if not cfg.recency.memories:
+        return cfg
+    return replace(cfg, recency=replace(cfg.recency, memories=False))
 
 
 def _recency(

@@ -27,6 +27,7 @@ from clew.filters import Eq, Mask, Node, fields_of
 if TYPE_CHECKING:
     from psycopg import sql
 
+    from clew.index.pg_legs import CorpusStats, Population
     from clew.store.postgres import PostgresStore
 
 __all__ = ["ChunkKeys", "SqlLegs"]
@@ -109,6 +110,7 @@ class SqlLegs:
         self._fields: dict[str, tuple[bool, set[str]]] = {}
         self._ordinals: dict[str, npt.NDArray[np.int64]] = {}
         self._shares: dict[str, float] = {}
+        self._populations: dict[str, tuple[Population, CorpusStats]] = {}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -291,10 +293,41 @@ class SqlLegs:
         out[ordinals[ordinals < len(live)]] = True
         return out & live
 
-    def idf(self, terms: Sequence[str]) -> dict[str, float]:
+    def population(self, key: str, where: sql.Composable) -> tuple[Population, CorpusStats]:
+        """A caller's scope as the population of BM25's statistics, with its chunk count and
+        total length (one scan per scope and release; ``key`` names the predicate)."""
+        from clew.index.pg_legs import PgLexical, Population
+
+        with self._lock:
+            cached = self._populations.get(key)
+        if cached is not None:
+            return cached
+        with self.store.connection() as conn:
+            stats = PgLexical.corpus_stats(conn, where)
+        out = (Population(key, where), stats)
+        with self._lock:
+            if len(self._populations) >= 16:
+                self._populations.pop(next(iter(self._populations)))
+            self._populations[key] = out
+        return out
+
+    def idf(
+        self, terms: Sequence[str], scoped: tuple[Population, CorpusStats] | None = None
+    ) -> dict[str, float]:
+        if scoped is not None:
+            return self.lexical.idf(terms, scoped[1], scoped[0])
         return self.lexical.idf(terms, self.stats)
 
     def bm25_of(
-        self, terms: Mapping[str, float], ordinals: Sequence[int], k1: float, b: float
+        self,
+        terms: Mapping[str, float],
+        ordinals: Sequence[int],
+        k1: float,
+        b: float,
+        scoped: tuple[Population, CorpusStats] | None = None,
     ) -> dict[int, float]:
+        if scoped is not None:
+            return self.lexical.scores_of(
+                terms, ordinals, k1=k1, b=b, stats=scoped[1], within=scoped[0]
+            )
         return self.lexical.scores_of(terms, ordinals, k1=k1, b=b, stats=self.stats)

@@ -3,19 +3,25 @@
 Every request runs as a principal (an API key's name, scope and admin flag). The scope is an
 access filter the engine AND-s with the request's own filter inside every leg and graph
 expansion, so a caller can narrow what it sees and never widen it; a document outside the scope
-is a 404, exactly like one that does not exist. Engine calls are blocking, so they run in worker
-threads under a request timeout: a slow reranker or LLM never blocks the event loop. Writes go
-through one background job thread; readers keep answering from a pinned snapshot meanwhile.
+is a 404, exactly like one that does not exist. A scoped key also writes only inside its scope
+(stamp, access fields, ids it may not overwrite: see :mod:`clew.serve.auth`). Engine calls are
+blocking, so they run in worker threads under a request timeout: a slow reranker or LLM never
+blocks the event loop. Writes go through one background job thread, fair across jobs, which
+yields to readers while searches are being served (:mod:`clew.serve.jobs`); readers keep
+answering from a pinned snapshot meanwhile.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
+import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -38,9 +44,9 @@ from clew.errors import (
     StoreError,
 )
 from clew.eval.gate import check_gates, load_gates
-from clew.filters import matches
+from clew.memory import RESERVED_KEYS
 from clew.retrieve.engine import Engine
-from clew.serve.auth import ANONYMOUS, KeyStore, Principal
+from clew.serve.auth import ANONYMOUS, KeyStore, Principal, WriteRefused
 from clew.serve.dto import (
     AskRequest,
     DeleteResponse,
@@ -56,7 +62,7 @@ from clew.serve.dto import (
     SearchRequest,
     SimilarResponse,
 )
-from clew.serve.jobs import JobManager
+from clew.serve.jobs import FOREIGN_ID, JobManager, ProcessWriter, foreign_ids
 from clew.serve.metrics import CONTENT_TYPE, Metrics
 from clew.serve.settings import ServeSettings
 from clew.types import Document
@@ -72,6 +78,54 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+class ReadTracker:
+    """Engine reads in flight (updated on the event loop, read by the job thread): the job
+    thread pauses between groups while readers are busy (:mod:`clew.serve.jobs`)."""
+
+    LINGER_S = 0.25
+    """Readers count as busy this long after the last read ended (clients' think time)."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.last_end = 0.0
+
+    def busy(self) -> bool:
+        return self.in_flight > 0 or time.monotonic() - self.last_end < self.LINGER_S
+
+
+class FirstReadAlone:
+    """The first retrieval after the index release moves runs alone; the others wait for it.
+
+    A new release (every ingest turn, memory or delete) gets a new snapshot whose per-release
+    caches are built by the first search that needs them, on the request path, holding the
+    GIL: on SciFact the graph leg's fuzzy-match index alone takes about 3 s. Without this
+    gate all concurrent searches build the same caches at once (8 clients: about 8 × 3 s of
+    CPU, with nothing answered meanwhile); with it one request builds them and the rest then
+    run on the warm snapshot. Results do not depend on it (same snapshot, same answers). The
+    others wait at most :attr:`MAX_WAIT_S` (the first request may be a slow one, an LLM
+    reranker's). A stopgap until the engine builds those caches during its refresh, off the
+    request path."""
+
+    MAX_WAIT_S = 5.0
+
+    def __init__(self, release: Callable[[], int]) -> None:
+        self._release = release
+        self._seen: int | None = None
+        self._lock = threading.Lock()
+
+    def run(self, fn: Callable[[], T]) -> T:
+        release = self._release()
+        if release != self._seen and self._lock.acquire(timeout=self.MAX_WAIT_S):
+            try:
+                if release != self._seen:
+                    result = fn()
+                    self._seen = release
+                    return result
+            finally:
+                self._lock.release()
+        return fn()
+
+
 @dataclass
 class ServiceState:
     """What the handlers share: settings, the engine, keys, jobs, metrics, the thread limiter."""
@@ -85,6 +139,12 @@ class ServiceState:
     limiter: anyio.CapacityLimiter
     owns_engine: bool
     keys_mtime: float = 0.0
+    readers: ReadTracker | None = None
+    first_read: FirstReadAlone | None = None
+
+    def access_fields(self) -> frozenset[str]:
+        """Metadata fields named in any configured key's scope (see :mod:`clew.serve.auth`)."""
+        return frozenset() if self.keys is None else self.keys.access_fields()
 
     def authenticate(self, key: str | None) -> Principal | None:
         """The key's principal. The keys file is re-read when it changes, so keys added or
@@ -108,22 +168,36 @@ class ServiceState:
         if self.owns_engine:
             self.engine.close()
 
-    async def call(self, fn: Callable[[], T]) -> T:
-        """Run a blocking engine call in a worker thread, bounded by the request timeout."""
+    async def call(self, fn: Callable[[], T], *, read: bool = True, retrieval: bool = False) -> T:
+        """Run a blocking engine call in a worker thread, bounded by the request timeout.
+        ``read``: a reader the job thread yields to (see :class:`ReadTracker`); ``retrieval``:
+        a search over the snapshot (see :class:`FirstReadAlone`)."""
         seconds = self.settings.request_timeout_s
+        readers = self.readers if read else None
+        gate = self.first_read if retrieval else None
+        work = fn if gate is None else partial(gate.run, fn)
+        if readers is not None:
+            readers.in_flight += 1
         try:
             with anyio.fail_after(seconds):
                 return await anyio.to_thread.run_sync(
-                    fn, limiter=self.limiter, abandon_on_cancel=True
+                    work, limiter=self.limiter, abandon_on_cancel=True
                 )
         except TimeoutError:
             raise HTTPException(
                 504, f"the request took longer than {seconds:g} s (request_timeout_s)"
             ) from None
+        finally:
+            if readers is not None:
+                readers.in_flight -= 1
+                readers.last_end = time.monotonic()
 
 
 class _BodyLimit:
-    """Reject bodies over ``limit`` bytes with 413, by Content-Length or while streaming."""
+    """Reject bodies over ``limit`` bytes with 413, by Content-Length or, for a streamed body
+    (``Transfer-Encoding: chunked``, no length), by counting the bytes as they arrive: reading
+    stops at the limit, whatever the app answers to the cut-off body is dropped, and the client
+    gets the 413."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -143,9 +217,12 @@ class _BodyLimit:
                     return
         seen = 0
         too_big = False
+        started = False
 
         async def limited() -> MutableMapping[str, Any]:
             nonlocal seen, too_big
+            if too_big:
+                raise _TooLarge
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
@@ -154,11 +231,21 @@ class _BodyLimit:
                     raise _TooLarge
             return message
 
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
+        async def guarded(message: MutableMapping[str, Any]) -> None:
+            nonlocal started
             if too_big:
-                await _reject_body(send, self.limit)
+                return  # the app's answer to a body cut off at the limit (a 400 or a 500)
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited, guarded)
+        except Exception:
+            if not too_big:
+                raise
+        if too_big and not started:
+            await _reject_body(send, self.limit)
 
 
 class _TooLarge(Exception):
@@ -183,6 +270,43 @@ def _field_error(loc: list[str | int], message: str, status: int = 422) -> JSONR
     )
 
 
+_KEY = r"'(?P<key>[^'\\]*)'"
+_MEMORY_ERRORS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
+    (re.compile(r"^memory text"), ("text",)),
+    (re.compile(r"^session="), ("session",)),
+    (re.compile(r"^timestamp"), ("time",)),
+    (re.compile(rf"^metadata key {_KEY}"), ("metadata", "{key}")),
+    (re.compile(r"^metadata\.(?P<key>[^=\s\[.]+)"), ("metadata", "{key}")),
+    (re.compile(r"^metadata\b"), ("metadata",)),
+    (re.compile(r"^relations\[(?P<i>\d+)\]"), ("relations", "{i}")),
+    (re.compile(r"^relation"), ("relations",)),
+    (re.compile(r"^(?P<name>since|until|as_of)="), ("{name}",)),
+    (re.compile(r"^k="), ("k",)),
+    (re.compile(r"^query"), ("query",)),
+)
+"""Where a memory or recall error points: its message's leading field (clew.memory and
+Engine.recall name the field first), as a request location under ``body``."""
+
+
+def _located(exc: QueryError) -> RequestValidationError:
+    """A memory or recall QueryError as a 422 whose ``loc`` names the field at fault."""
+    message = str(exc)
+    loc: list[str | int] = ["body"]
+    for pattern, parts in _MEMORY_ERRORS:
+        m = pattern.match(message)
+        if m is not None:
+            groups = m.groupdict()
+            for part in parts:
+                value = part.format(**groups)
+                loc.append(int(value) if value.isdigit() and part == "{i}" else value)
+            break
+    return RequestValidationError([{"loc": tuple(loc), "msg": message, "type": "value_error"}])
+
+
+def _refused(exc: WriteRefused) -> HTTPException:
+    return HTTPException(403, str(exc))
+
+
 def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI:
     """The API over ``engine`` (or the engine at ``settings.index``, opened here and closed on
     shutdown). State is built eagerly, so in-process clients need no lifespan events."""
@@ -193,6 +317,7 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
         engine = Engine(settings.index, config, write_timeout=settings.request_timeout_s)
     keys = None if settings.no_auth or settings.keys is None else KeyStore.load(settings.keys)
     metrics = Metrics()
+    readers = ReadTracker()
     state = ServiceState(
         settings=settings,
         engine=engine,
@@ -202,11 +327,25 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
             engine,
             keep=settings.jobs_kept,
             on_document=lambda status: metrics.documents.labels(status).inc(),
+            readers_busy=readers.busy,
+            share=settings.ingest_share,
+            writer=(
+                ProcessWriter(
+                    settings.index,
+                    settings.config,
+                    write_timeout=settings.request_timeout_s,
+                    nice=settings.ingest_nice,
+                )
+                if owns and settings.ingest_process
+                else None
+            ),
         ),
         metrics=metrics,
         limiter=anyio.CapacityLimiter(settings.threads),
         owns_engine=owns,
         keys_mtime=settings.keys.stat().st_mtime if settings.keys else 0.0,
+        readers=readers,
+        first_read=FirstReadAlone(engine.store.release),
     )
 
     @asynccontextmanager
@@ -296,8 +435,9 @@ def _install_errors(app: FastAPI) -> None:
         return JSONResponse({"detail": errors}, status_code=422)
 
 
-def _principal(request: Request) -> Principal:
-    """The caller, from ``Authorization: Bearer <key>`` or ``X-API-Key``; 401 otherwise."""
+def _optional_principal(request: Request) -> Principal | None:
+    """The caller, from ``Authorization: Bearer <key>`` or ``X-API-Key``; None without a
+    valid key."""
     state: ServiceState = request.app.state.clew
     if state.keys is None:
         return ANONYMOUS
@@ -305,7 +445,12 @@ def _principal(request: Request) -> Principal:
     auth = request.headers.get("authorization", "")
     if auth[:7].lower() == "bearer ":
         key = auth[7:].strip()
-    found = state.authenticate(key)
+    return state.authenticate(key)
+
+
+def _principal(request: Request) -> Principal:
+    """The caller, from ``Authorization: Bearer <key>`` or ``X-API-Key``; 401 otherwise."""
+    found = _optional_principal(request)
     if found is None:
         raise HTTPException(
             401,
@@ -323,8 +468,9 @@ def _admin(caller: Annotated[Principal, Depends(_principal)]) -> Principal:
 
 def _may_write_memories(caller: Principal) -> dict[str, Any]:
     """Memory writes: admin keys, or keys whose scope has equality fields to stamp on what they
-    write (so they find it again); returns that stamp."""
-    stamp = {} if caller.admin else caller.stamp()
+    write (so they find it again); returns that stamp. A scoped admin stamps too: its memories
+    are its scope's, and their ids are its own (the stamp is part of a memory's id)."""
+    stamp = caller.stamp()
     if not caller.admin and not stamp:
         raise HTTPException(
             403,
@@ -334,8 +480,20 @@ def _may_write_memories(caller: Principal) -> dict[str, Any]:
     return stamp
 
 
+def _metrics_reader(caller: Annotated[Principal, Depends(_principal)]) -> Principal:
+    if not caller.may_read_metrics:
+        raise HTTPException(
+            403,
+            f"key {caller.name!r} may not read service metrics; they need a key with "
+            "`metrics: true` in the keys file, or an unscoped admin key",
+        )
+    return caller
+
+
 Caller = Annotated[Principal, Depends(_principal)]
 Admin = Annotated[Principal, Depends(_admin)]
+MaybeCaller = Annotated[Principal | None, Depends(_optional_principal)]
+MetricsReader = Annotated[Principal, Depends(_metrics_reader)]
 
 
 def _install_routes(app: FastAPI, state: ServiceState) -> None:
@@ -400,7 +558,8 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
                 config=cfg,
                 scope=caller.scope,
                 caller=caller.name,
-            ).to_dict()
+            ).to_dict(),
+            retrieval=True,
         )
         state.metrics.observe_result(kind, result)
         return result
@@ -451,18 +610,46 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
                         }
                     ]
                 )
-        docs = [
-            Document(
+        for i, d in enumerate(body.documents):
+            reserved = sorted(set(d.metadata) & set(RESERVED_KEYS))
+            if reserved:
+                raise RequestValidationError(
+                    [
+                        {
+                            "loc": ("body", "documents", i, "metadata", reserved[0]),
+                            "msg": f"metadata key {reserved[0]!r} is reserved for memories; "
+                            f"allowed: any key except {', '.join(RESERVED_KEYS)} (store a "
+                            "memory with POST /memories)",
+                            "type": "value_error",
+                        }
+                    ]
+                )
+        stamp = caller.stamp()
+        access = state.access_fields()
+        docs = []
+        for d in body.documents:
+            doc = Document(
                 doc_id=d.id,
                 title=d.title or d.id,
                 text=d.text,
                 source="api",
-                metadata={**d.metadata, **caller.stamp()},
+                metadata={**d.metadata, **stamp},
                 links=tuple(d.links),
             )
-            for d in body.documents
-        ]
-        job = state.jobs.submit(docs, caller.name)
+            try:
+                caller.check_write(d.metadata, access)
+                caller.check_visible(doc.metadata)
+            except WriteRefused as exc:
+                raise HTTPException(403, f"document {d.id!r}: {exc}") from None
+            docs.append(doc)
+        scope = caller.scope
+        if scope is not None:
+            foreign = await state.call(
+                lambda: foreign_ids(engine, [d.doc_id for d in docs], scope), read=False
+            )
+            if foreign:
+                raise HTTPException(409, FOREIGN_ID.format(doc_id=foreign[0]))
+        job = state.jobs.submit(docs, caller.name, scope=scope)
         log.info("job %s: %d documents from %s", job.job_id, len(docs), caller.name)
         if wait:
             snap = await anyio.to_thread.run_sync(
@@ -487,12 +674,13 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
     async def remember(body: MemoryIn, caller: Caller) -> Any:
         stamp = _may_write_memories(caller)
         scope = caller.scope
+        access = state.access_fields()
 
         def write() -> str:
             from clew.memory import memory_document
 
             relations = [(r.type, r.target) for r in body.relations]
-            if not caller.admin:  # a scoped writer: the memory must be visible to it
+            try:
                 doc = memory_document(
                     body.text,
                     session=body.session,
@@ -501,45 +689,59 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
                     stamp=stamp,
                     relations=relations,
                 )
-                if not matches(doc.metadata, scope):
-                    raise HTTPException(
-                        403, f"key {caller.name!r} may not store this memory: its scope hides it"
-                    )
+            except QueryError as exc:
+                raise _located(exc) from None
+            if scope is not None:  # a scoped writer (admin or not) writes inside its scope
+                try:
+                    caller.check_write(body.metadata or {}, access)
+                    caller.check_visible(doc.metadata, "memory")
+                except WriteRefused as exc:
+                    raise _refused(exc) from None
                 for _, target in relations:
                     if (
                         not target.startswith("concept:")
                         and engine.document(target, scope=scope) is None
                     ):
                         raise HTTPException(404, f"no document {target!r}")
-            return engine.remember(
-                body.text,
-                session=body.session,
-                timestamp=body.time,
-                metadata=body.metadata,
-                relations=relations,
-                stamp=stamp,
-            )
+                if foreign_ids(engine, [doc.doc_id], scope):
+                    raise HTTPException(409, FOREIGN_ID.format(doc_id=doc.doc_id))
+            try:
+                return engine.remember(
+                    body.text,
+                    session=body.session,
+                    timestamp=doc.metadata["created_at"],  # the checked id ("now" moves on)
+                    metadata=body.metadata,
+                    relations=relations,
+                    stamp=stamp,
+                )
+            except QueryError as exc:
+                raise _located(exc) from None
 
-        memory_id = await state.call(write)
+        memory_id = await state.call(write, read=False)
         log.info("memory %s stored by %s", memory_id, caller.name)
         return {"id": memory_id}
 
     @app.post("/recall", tags=["memory"], summary="Search memories (session, window, as of)")
     async def recall(body: RecallRequest, caller: Caller) -> dict[str, Any]:
         check_limits(body.query, "query", body.k)
-        result: dict[str, Any] = await state.call(
-            lambda: engine.recall(
-                body.query,
-                session=body.session,
-                since=body.since,
-                until=body.until,
-                as_of=body.as_of,
-                k=body.k,
-                filter=body.filter,
-                scope=caller.scope,
-                caller=caller.name,
-            ).to_dict()
-        )
+
+        def run() -> dict[str, Any]:
+            try:
+                return engine.recall(
+                    body.query,
+                    session=body.session,
+                    since=body.since,
+                    until=body.until,
+                    as_of=body.as_of,
+                    k=body.k,
+                    filter=body.filter,
+                    scope=caller.scope,
+                    caller=caller.name,
+                ).to_dict()
+            except QueryError as exc:
+                raise _located(exc) from None
+
+        result: dict[str, Any] = await state.call(run, retrieval=True)
         state.metrics.observe_result("recall", result)
         return result
 
@@ -553,13 +755,13 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
                 raise HTTPException(404, f"no memory {memory_id!r}")
             return engine.forget(memory_id)
 
-        release = await state.call(delete)
+        release = await state.call(delete, read=False)
         log.info("memory %s forgotten by %s", memory_id, caller.name)
         return {"forgotten": memory_id, "release": release}
 
     @app.get("/jobs/{job_id}", name="job", tags=["documents"], response_model=JobStatus)
     async def job(job_id: str, caller: Admin) -> Any:
-        snap = state.jobs.get(job_id)
+        snap = state.jobs.get(job_id, owner=caller.owns)
         if snap is None:
             raise HTTPException(404, f"no job {job_id!r} (finished jobs are kept for a while)")
         return snap
@@ -574,7 +776,9 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
         doc_id: str, caller: Caller, k: Annotated[int, Query(ge=1, le=100)] = 5
     ) -> Any:
         try:
-            found = await state.call(lambda: engine.similar(doc_id, k=k, scope=caller.scope))
+            found = await state.call(
+                lambda: engine.similar(doc_id, k=k, scope=caller.scope), retrieval=True
+            )
         except StoreError:
             raise HTTPException(404, f"no document {doc_id!r}") from None
         return {"doc_id": doc_id, "similar": [s.to_dict() for s in found]}
@@ -590,7 +794,7 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
     async def delete_document(doc_id: str, caller: Admin) -> Any:
         if await state.call(lambda: engine.document(doc_id, scope=caller.scope)) is None:
             raise HTTPException(404, f"no document {doc_id!r}")
-        release = await state.call(lambda: engine.delete(doc_id))
+        release = await state.call(lambda: engine.delete(doc_id), read=False)
         log.info("deleted %r (release %d) by %s", doc_id, release, caller.name)
         return {"deleted": doc_id, "release": release}
 
@@ -602,7 +806,7 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
             found = await state.call(lambda: TraceStore(engine.directory).read(trace_id))
         except QueryError:
             found = None
-        if found is None or (not caller.admin and found.get("caller") != caller.name):
+        if found is None or not caller.owns(found.get("caller")):
             raise HTTPException(404, f"no trace {trace_id!r}")
         return found
 
@@ -623,8 +827,16 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
         tables = await state.call(lambda: _eval_tables(settings.eval_dir))
         return {"datasets": {name: t for name, (t, _) in tables.items()}}
 
-    @app.get("/health", tags=["service"], response_model=HealthResponse)
-    async def health() -> Any:
+    @app.get(
+        "/health",
+        tags=["service"],
+        response_model=HealthResponse,
+        response_model_exclude_none=True,
+        summary="Liveness for anyone; release and corpus counts for a key with metrics rights",
+    )
+    async def health(caller: MaybeCaller) -> Any:
+        if caller is None or not caller.may_read_metrics:
+            return {"status": "ok"}  # no key needed, and nothing about the corpus
         stats = await state.call(engine.stats)
         return {
             "status": "ok",
@@ -633,8 +845,13 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
             "chunks": stats["chunks"],
         }
 
-    @app.get("/metrics", tags=["service"], response_class=Response)
-    async def metrics() -> Response:
+    @app.get(
+        "/metrics",
+        tags=["service"],
+        response_class=Response,
+        summary="Prometheus metrics (a key with `metrics: true`, or an unscoped admin key)",
+    )
+    async def metrics(caller: MetricsReader) -> Response:
         return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
 

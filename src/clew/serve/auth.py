@@ -11,7 +11,29 @@ Keys file::
       - name: support-bot
         hash: "sha256:9f86d0..."
         scope: {"audience": "public"}   # clew filter JSON; omitted or {} = everything
-        admin: false                     # admin: document writes and every trace
+        admin: false                     # admin: document writes (and, unscoped, every trace)
+        metrics: false                   # corpus-wide figures: /metrics and /health counts
+
+Rights:
+
+- **Reading** (search, ask, recall, documents, similar) is open to every key, within its scope.
+- **Writing documents** needs ``admin: true``. **Writing memories** needs admin rights or a
+  scope with equality fields (its *stamp*).
+- **A scoped key writes only inside its scope**, admin or not: its stamp (the equality fields
+  of its scope) is written last over user metadata, the written document must pass the scope
+  (else 403 naming the field), and an id that already belongs to a document the scope hides
+  cannot be written (409, without a word about that document).
+- **Access fields** are the metadata fields named in any configured key's scope
+  (:meth:`KeyStore.access_fields`). A scoped writer may set an access field only to the value
+  its scope pins (the stamp); any other access field in what it writes is refused (403), so a
+  key scoped by ``audience`` cannot write ``tenant: b`` into another tenant's view. Unscoped
+  admins (and ``--no-auth``) write anything.
+- **Traces and jobs**: a key reads its own; an unscoped admin reads everyone's. A scoped admin
+  is an admin of its scope only: other callers' traces and jobs are 404 to it.
+- **Service figures** (``GET /metrics``, and the document and chunk counts of ``GET /health``)
+  are corpus-wide, so they need ``metrics: true`` or an unscoped admin key. Without one,
+  ``/health`` answers only ``{"status": "ok"}`` (liveness, no key needed) and ``/metrics`` is
+  401 without a key, 403 with one that lacks the right.
 """
 
 from __future__ import annotations
@@ -22,7 +44,7 @@ import json
 import os
 import secrets
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,9 +52,17 @@ from typing import Any
 import yaml
 
 from clew.errors import ConfigError, FilterError
-from clew.filters import parse_filter, to_json
+from clew.filters import fields_of, matches, parse_filter, to_json
 
-__all__ = ["ANONYMOUS", "KeyStore", "Principal", "hash_key", "new_key"]
+__all__ = [
+    "ANONYMOUS",
+    "KeyStore",
+    "Principal",
+    "WriteRefused",
+    "hash_key",
+    "new_key",
+    "scope_fields",
+]
 
 KEY_PREFIX = "clew_"
 _HASH_PREFIX = "sha256:"
@@ -47,13 +77,79 @@ def hash_key(key: str) -> str:
     return _HASH_PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
+def scope_fields(scope: Any) -> set[str]:
+    """The metadata fields a scope (filter JSON) names."""
+    return fields_of(parse_filter(scope))
+
+
+class WriteRefused(Exception):
+    """A scoped writer may not write this metadata (an HTTP 403, an MCP tool error). ``field``
+    names the metadata field at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: a key's name, its scope (a normalized filter or None) and admin rights."""
+    """Who is calling: a key's name, its scope (a normalized filter or None), admin rights and
+    the right to corpus-wide service figures (``metrics``)."""
 
     name: str
     scope: dict[str, Any] | None = None
     admin: bool = False
+    metrics: bool = False
+
+    @property
+    def unrestricted(self) -> bool:
+        """An unscoped admin: writes anything, reads every trace and job."""
+        return self.admin and self.scope is None
+
+    @property
+    def may_read_metrics(self) -> bool:
+        """Corpus-wide figures (``/metrics``, ``/health`` counts): ``metrics: true`` or an
+        unscoped admin."""
+        return self.metrics or self.unrestricted
+
+    def owns(self, owner: str | None) -> bool:
+        """Whether a trace or job made by ``owner`` (a key name) is this caller's to read."""
+        return self.unrestricted or owner == self.name
+
+    def check_write(self, metadata: Mapping[str, Any], access_fields: Collection[str]) -> None:
+        """Refuse (:class:`WriteRefused`) user ``metadata`` that sets an access field to a value
+        this principal's scope does not pin. Unscoped principals write anything."""
+        if self.scope is None:
+            return
+        guarded = set(access_fields) | scope_fields(self.scope)
+        stamp = self.stamp()
+        for key in sorted(k for k in metadata if k in guarded):
+            value = metadata[key]
+            if key not in stamp:
+                raise WriteRefused(
+                    key,
+                    f"metadata field {key!r} is an access field and key {self.name!r}'s scope "
+                    f"does not pin it; leave it out (the key's scope decides who sees what it "
+                    "writes)",
+                )
+            if not _same(value, stamp[key]):
+                raise WriteRefused(
+                    key,
+                    f"metadata field {key!r} is an access field; key {self.name!r}'s scope pins "
+                    f"it to {stamp[key]!r}, so it may not be set to {_short(value)}",
+                )
+
+    def check_visible(self, metadata: Mapping[str, Any], what: str = "document") -> None:
+        """Refuse (:class:`WriteRefused`) a written document's full metadata when this
+        principal's scope would hide it, naming the first field that fails."""
+        if self.scope is None or matches(metadata, self.scope):
+            return
+        field = failing_field(metadata, self.scope)
+        raise WriteRefused(
+            field,
+            f"key {self.name!r} may not write this {what}: its scope would hide it "
+            f"(metadata field {field!r} does not pass the key's scope)",
+        )
 
     def narrow(self, requested: Any) -> dict[str, Any] | None:
         """The filter a request runs with: the scope AND the requested filter.
@@ -87,8 +183,33 @@ class Principal:
         return out
 
 
-ANONYMOUS = Principal(name="anonymous", scope=None, admin=True)
+ANONYMOUS = Principal(name="anonymous", scope=None, admin=True, metrics=True)
 """The caller when auth is off (``--no-auth``, loopback only): everything, admin."""
+
+
+def failing_field(metadata: Mapping[str, Any], scope: Any) -> str:
+    """The first field (in scope order) of a condition of ``scope`` that ``metadata`` fails."""
+    node = parse_filter(scope)
+    parts = [to_json(node)]
+    while parts:
+        part = parts.pop(0)
+        if part is None or matches(metadata, part):
+            continue
+        if set(part) == {"and"}:
+            parts = list(part["and"]) + parts
+            continue
+        return sorted(scope_fields(part))[0]
+    return sorted(scope_fields(scope) or {"?"})[0]
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality without Python's ``True == 1``."""
+    return type(a) is type(b) and bool(a == b)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +230,13 @@ class KeyStore:
 
     def principals(self) -> list[tuple[str, Principal]]:
         return [(e.name, e.principal) for e in self._entries]
+
+    def access_fields(self) -> frozenset[str]:
+        """The metadata fields named in any key's scope: what decides who sees a document."""
+        out: set[str] = set()
+        for entry in self._entries:
+            out |= scope_fields(entry.principal.scope)
+        return frozenset(out)
 
     @classmethod
     def load(cls, path: str | Path) -> KeyStore:
@@ -132,11 +260,12 @@ class KeyStore:
         for i, raw in enumerate(data.get("keys") or []):
             at = f"{where}: keys[{i}]"
             if not isinstance(raw, Mapping):
-                raise ConfigError(f"{at} must be a mapping with name, hash, scope, admin")
-            unknown = set(raw) - {"name", "hash", "scope", "admin"}
+                raise ConfigError(f"{at} must be a mapping with name, hash, scope, admin, metrics")
+            unknown = set(raw) - {"name", "hash", "scope", "admin", "metrics"}
             if unknown:
                 raise ConfigError(
-                    f"{at}: unknown field {sorted(unknown)[0]!r}; allowed: name, hash, scope, admin"
+                    f"{at}: unknown field {sorted(unknown)[0]!r}; allowed: name, hash, scope, "
+                    "admin, metrics"
                 )
             name, digest = raw.get("name"), raw.get("hash")
             if not isinstance(name, str) or not name.strip():
@@ -156,8 +285,11 @@ class KeyStore:
             admin = raw.get("admin", False)
             if not isinstance(admin, bool):
                 raise ConfigError(f"{at}.admin={admin!r} is invalid; allowed: true or false")
+            metrics = raw.get("metrics", False)
+            if not isinstance(metrics, bool):
+                raise ConfigError(f"{at}.metrics={metrics!r} is invalid; allowed: true or false")
             scope = _scope(raw.get("scope"), f"{at}.scope")
-            entries.append(_Entry(name, digest, Principal(name, scope, admin)))
+            entries.append(_Entry(name, digest, Principal(name, scope, admin, metrics)))
         return cls(entries)
 
     def authenticate(self, key: str | None) -> Principal | None:
@@ -172,7 +304,12 @@ class KeyStore:
 
     @staticmethod
     def add(
-        path: str | Path, name: str, *, scope: Any = None, admin: bool = False
+        path: str | Path,
+        name: str,
+        *,
+        scope: Any = None,
+        admin: bool = False,
+        metrics: bool = False,
     ) -> tuple[str, Principal]:
         """Add a key to the keys file (created if missing, written atomically); returns the
         plaintext key, which is not stored anywhere."""
@@ -186,6 +323,8 @@ class KeyStore:
         entry: dict[str, Any] = {"name": name, "hash": hash_key(key), "admin": admin}
         if normalized is not None:
             entry["scope"] = normalized
+        if metrics:
+            entry["metrics"] = True
         data.setdefault("keys", []).append(entry)
         KeyStore.parse(data, where=str(p))  # names unique, fields valid
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -198,7 +337,7 @@ class KeyStore:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        return key, Principal(name, normalized, admin)
+        return key, Principal(name, normalized, admin, metrics)
 
 
 def _scope(value: Any, where: str) -> dict[str, Any] | None:

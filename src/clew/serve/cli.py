@@ -151,16 +151,24 @@ def _keys(args: argparse.Namespace) -> int:
 
     if args.keys_command == "add":
         key, principal = KeyStore.add(
-            Path(args.file), args.name, scope=args.scope, admin=args.admin
+            Path(args.file),
+            args.name,
+            scope=args.scope,
+            admin=args.admin,
+            metrics=bool(getattr(args, "metrics", False)),  # `--metrics`, where the parser has it
         )
         print(key)
         print(
             f"added key {principal.name!r} (scope {json.dumps(principal.scope)}, "
-            f"admin {str(principal.admin).lower()}) to {args.file}; the key is shown only now",
+            f"admin {str(principal.admin).lower()}, metrics {str(principal.metrics).lower()}) "
+            f"to {args.file}; the key is shown only now",
             file=sys.stderr,
         )
         return 0
     store = KeyStore.load(args.file)
     for name, principal in store.principals():
-        print(f"{name}\tadmin={str(principal.admin).lower()}\tscope={json.dumps(principal.scope)}")
+        line = f"{name}\tadmin={str(principal.admin).lower()}\tscope={json.dumps(principal.scope)}"
+        if principal.metrics:
+            line += "\tmetrics=true"
+        print(line)
     return 0

@@ -223,7 +223,10 @@ class GateResponse(BaseModel):
 
 
 class HealthResponse(BaseModel):
+    """Liveness for anyone; the release and corpus counts only for a key with metrics rights
+    (they are corpus-wide: see :mod:`clew.serve.auth`)."""
+
     status: Literal["ok"]
-    release: int
-    documents: int
-    chunks: int
+    release: int | None = None
+    documents: int | None = None
+    chunks: int | None = None

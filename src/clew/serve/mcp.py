@@ -6,6 +6,11 @@ scope is AND-ed into every search and answer inside every leg, so a scoped agent
 cannot widen its filter to, a document outside its scope. Without a keys file the caller is the
 anonymous admin (a local process talking to its own index).
 
+A scoped key (admin or not) writes only inside its scope, as over HTTP (:mod:`clew.serve.auth`):
+its stamp goes on every memory (and into the memory's id, so two tenants never share one), the
+memory must pass its scope, and *access fields* (the fields of its own scope, plus those of every
+key in ``--keys FILE``) may be set only to the value its scope pins.
+
 stdout carries the protocol; logs go to stderr. The key is never printed or logged.
 Engine calls block, so each runs in a worker thread and the server keeps answering meanwhile.
 Every clew error (a bad query, a malformed filter, an unknown id) comes back as a tool error
@@ -18,7 +23,7 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
@@ -39,7 +44,7 @@ from clew.filters import matches
 from clew.links import split_link
 from clew.memory import MAX_MEMORY_CHARS, MEMORY_KIND, memory_document
 from clew.memory import forget as forget_memory
-from clew.serve.auth import ANONYMOUS, KeyStore, Principal
+from clew.serve.auth import ANONYMOUS, KeyStore, Principal, WriteRefused, scope_fields
 
 if TYPE_CHECKING:
     from clew.retrieve.engine import Engine
@@ -96,10 +101,17 @@ async def _call(fn: Callable[[], _T]) -> _T:
         raise ToolError(str(exc)) from exc
 
 
-def build_server(engine: Engine, principal: Principal) -> MCPServer[Any]:
-    """An MCP server whose four tools run on ``engine`` as ``principal`` (scope and rights)."""
+def build_server(
+    engine: Engine, principal: Principal, *, access_fields: Collection[str] = ()
+) -> MCPServer[Any]:
+    """An MCP server whose tools run on ``engine`` as ``principal`` (scope and rights).
+
+    ``access_fields``: metadata fields that decide who sees what (the fields of every key's
+    scope in the keys file); with the principal's own scope fields, a scoped principal may set
+    them only to the values its scope pins."""
     server: MCPServer[Any] = MCPServer(name="clew", instructions=INSTRUCTIONS, log_level="WARNING")
     scope = principal.scope
+    access = frozenset(access_fields) | scope_fields(scope)
 
     @server.tool(
         name="search",
@@ -205,22 +217,25 @@ def build_server(engine: Engine, principal: Principal) -> MCPServer[Any]:
                 stamp=stamp,
                 relations=relations or (),
             )
-            if not principal.admin:
-                if not visible(doc.metadata, scope):
-                    raise ToolError(
-                        f"key {principal.name!r} may not store this memory: its scope would "
-                        "hide it (check the metadata against the key's scope)"
-                    )
+            if scope is not None:  # a scoped writer (admin or not) writes inside its scope
+                try:
+                    principal.check_write(metadata or {}, access)
+                    principal.check_visible(doc.metadata, "memory")
+                except WriteRefused as exc:
+                    raise ToolError(str(exc)) from None
                 for raw in doc.links:  # relations only to what this key can see
                     _, target = split_link(raw)
                     if not target.startswith("concept:") and (
                         engine.document(target, scope=scope) is None
                     ):
                         raise ToolError(f"relation target {target!r} is not in the index")
+                found = engine.store.document(doc.doc_id)
+                if found is not None and not visible(found[0]["metadata"], scope):
+                    raise ToolError(f"memory id {doc.doc_id!r} cannot be written with this key")
             return engine.remember(
                 text,
                 session=session,
-                timestamp=time,
+                timestamp=doc.metadata["created_at"],  # the checked id ("now" moves on)
                 metadata=metadata,
                 stamp=stamp,
                 relations=relations or (),
@@ -278,7 +293,7 @@ def build_server(engine: Engine, principal: Principal) -> MCPServer[Any]:
         _check_may_write(principal, "forget")
 
         def delete() -> int:
-            if not principal.admin:
+            if scope is not None:
                 # only memories this key can see; anything else reads exactly like an unknown
                 # id, so the answer never reveals that a hidden document exists
                 found = engine.store.document(id)
@@ -330,8 +345,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _principal(args: argparse.Namespace) -> Principal:
-    """The caller the server acts as (never logs or prints the key)."""
+def _principal(args: argparse.Namespace) -> tuple[Principal, frozenset[str]]:
+    """The caller the server acts as (never logs or prints the key) and the access fields of
+    the keys file."""
     if args.keys is None:
         if args.key:
             _fail(
@@ -340,7 +356,7 @@ def _principal(args: argparse.Namespace) -> Principal:
             )
         if os.environ.get(KEY_ENV):
             log.warning("$%s is set but no --keys file was given: running unscoped", KEY_ENV)
-        return ANONYMOUS
+        return ANONYMOUS, frozenset()
     key = args.key or os.environ.get(KEY_ENV)
     if not key:
         _fail(f"--keys {str(args.keys)!r} needs a key: pass --key or set ${KEY_ENV}")
@@ -348,7 +364,7 @@ def _principal(args: argparse.Namespace) -> Principal:
     principal = store.authenticate(key)
     if principal is None:
         _fail(f"the API key is not valid for keys file {str(args.keys)!r}")
-    return principal
+    return principal, store.access_fields()
 
 
 class _Refused(Exception):
@@ -375,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from clew.retrieve.engine import Engine, display_target
 
     try:
-        principal = _principal(args)
+        principal, access_fields = _principal(args)
         config = EngineConfig.from_yaml(args.config) if args.config is not None else None
         engine = Engine(args.index, config)
     except (_Refused, ClewError) as exc:
@@ -389,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         principal.admin,
     )
     try:
-        build_server(engine, principal).run("stdio")
+        build_server(engine, principal, access_fields=access_fields).run("stdio")
     except KeyboardInterrupt:
         pass
     finally:

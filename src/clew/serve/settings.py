@@ -1,7 +1,8 @@
 """Service settings: one record, from arguments, ``CLEW_*`` environment variables or a file.
 
 Limits protect the service from one request taking all of it: query length, k, documents per
-batch, characters per document, request body bytes, and seconds per request.
+batch, characters per document, request body bytes, and seconds per request; ``ingest_share``
+keeps ingest jobs from taking the cores from searches.
 """
 
 from __future__ import annotations
@@ -47,6 +48,19 @@ class ServeSettings(BaseSettings):
     request_timeout_s: float = Field(60.0, gt=0, le=3_600)
     threads: int = Field(8, ge=1, le=256, description="worker threads for engine calls")
     jobs_kept: int = Field(1_000, ge=1, description="finished ingest jobs remembered")
+    ingest_share: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="while searches are being served, the share of time the ingest job thread "
+        "may write (it pauses between groups for the rest); 1 = never pause",
+    )
+    ingest_process: bool = Field(
+        True,
+        description="run ingest jobs in a writer process (own GIL and encoder, lower CPU "
+        "priority) when the service opens the index itself; costs the index's memory again",
+    )
+    ingest_nice: int = Field(10, ge=0, le=19, description="CPU niceness of the writer process")
     eval_results: Path | None = Field(
         None, description="folder of `clew eval --json` result files (default: <index>/eval)"
     )

@@ -10,32 +10,65 @@ makes such a catch-up read one consistent release however many writes commit mea
 
 An index whose directory (or database file) cannot be written opens read-only: searches work,
 writes raise :class:`StoreError` saying why. ``read_only=True`` asks for that explicitly.
+
+Integrity. A store gets a random ``store_id`` (a ``meta`` row) when it is created, or on the
+first open by a writer of a store made before ids existed; derived index manifests record it,
+with the release they reflect and that release's commit time (:class:`clew.index.files.Origin`),
+so a derived file of another store, or of another history of this one, is never used. The same
+records are what detects a store that lost committed releases (its ``-wal`` truncated or
+deleted, or the database replaced by an older copy): on open, a store behind the release that a
+derived manifest of the same store reflects, or with no data at all while a manifest reflects a
+committed release, is a :class:`StoreError` and nothing is written. It is an error rather than a
+warning because serving, and then writing on top of, the older release would make the loss
+silent and permanent (new commits would reuse the lost release numbers). Manifests are saved
+only after the release they record has committed, and are read here before the store, so a
+concurrent writer never causes a false alarm. What it cannot see is a loss of releases
+committed after the last derived save (a process stopped between its commit and its refresh).
+
+Commits run with ``synchronous=FULL`` (the WAL is fsynced at every commit; a process crash alone
+never loses a WAL commit, a power loss under NORMAL may), so a power loss cannot lose a release
+that a manifest, fsynced after it, already records: the error above then means real damage.
+Measured on a 2-core VM: 200 one-document commits 0.39 ms each under NORMAL, 3.98 ms under FULL
+(one fsync); 200 one-document ``Engine.ingest`` calls (each also saves three derived indexes)
+14.6 s vs 15.3 s (+5%); one 200-document ingest: no measurable difference.
+
+A damaged database file (a page of garbage) is a one-line :class:`StoreError` naming the file,
+wherever SQLite notices it: on open or in any read (``SQLITE_CORRUPT``, ``SQLITE_NOTADB``).
+``PRAGMA quick_check`` on every open would find damage that no query touches, but costs 94 ms on
+SciFact (41 MB, 6.7k chunks; the whole open is 0.22 s) and 1.05 s at 100k chunks (630 MB): not
+run.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 from urllib.parse import quote
 
 import numpy as np
 import numpy.typing as npt
 
 from clew.errors import IndexNotFoundError, StoreError
+from clew.index.files import Origin, recorded_origins
 from clew.protocols import ChunkRow, DocumentRecord, GraphRows, Matrix
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
 DB_NAME = "clew.sqlite"
+SYNCHRONOUS = "FULL"
+"""Every commit (each bumps the release) fsyncs the WAL; measured in the module docstring."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -106,6 +139,56 @@ CREATE TABLE IF NOT EXISTS releases (
 _KIND_RANK = {"phrase": 0, "entity": 1, "identifier": 2}
 """A concept's kind only ever moves up this order (identifier wins)."""
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _is_damage(exc: sqlite3.DatabaseError) -> bool:
+    name = str(getattr(exc, "sqlite_errorname", "") or "")
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")):
+        return True
+    text = str(exc)
+    return "malformed" in text or "not a database" in text
+
+
+def _damaged(path: Path, exc: sqlite3.DatabaseError) -> StoreError:
+    return StoreError(
+        f"the index database {str(path)!r} is corrupt ({exc}); restore the index from a backup "
+        "or re-ingest into a new index"
+    )
+
+
+@contextmanager
+def _damage_is_store_error(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if _is_damage(exc):
+            raise _damaged(path, exc) from exc
+        raise
+
+
+def _guarded(
+    fn: Callable[Concatenate[SQLiteStore, _P], _R],
+) -> Callable[Concatenate[SQLiteStore, _P], _R]:
+    """A read whose damaged-database error becomes a one-line :class:`StoreError`. A generator
+    is guarded over its whole iteration (no per-row cost)."""
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def gen(self: SQLiteStore, *args: _P.args, **kwargs: _P.kwargs) -> Any:
+            with _damage_is_store_error(self.path):
+                yield from cast(Iterator[Any], fn(self, *args, **kwargs))
+
+        return cast("Callable[Concatenate[SQLiteStore, _P], _R]", gen)
+
+    @functools.wraps(fn)
+    def call(self: SQLiteStore, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with _damage_is_store_error(self.path):
+            return fn(self, *args, **kwargs)
+
+    return cast("Callable[Concatenate[SQLiteStore, _P], _R]", call)
+
 
 class SQLiteStore:
     """SQLite system of record. Safe to share between threads (one connection per thread)."""
@@ -115,7 +198,8 @@ class SQLiteStore:
     ) -> None:
         self.directory = Path(directory)
         self.path = self.directory / DB_NAME
-        if not self.path.exists():
+        existed = self.path.exists()
+        if not existed:
             if not create:
                 raise IndexNotFoundError(
                     f"no clew index at {str(self.directory)!r}; create one with "
@@ -140,25 +224,76 @@ class SQLiteStore:
         )
         """Why writes are refused (None: the index is writable)."""
         self._local = threading.local()
+        self.store_id: str | None = None
+        """This store's random id (None only for a store made before ids, opened read-only)."""
+        # what the derived manifests say was committed: read BEFORE the store, since a manifest
+        # is saved only after its release committed (a concurrent writer cannot look like a loss)
+        recorded = recorded_origins(self.directory) if existed else []
+        try:
+            with _damage_is_store_error(self.path):
+                self._open(recorded)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, recorded: Sequence[tuple[Path, Origin]]) -> None:
         conn = self._conn()
-        if self.read_only_reason is not None:
-            try:
-                known = self.get_meta("schema_version") is not None
-            except sqlite3.DatabaseError as exc:
+        try:
+            version = self.get_meta("schema_version")
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
                 raise StoreError(f"{str(self.path)!r} is not a clew index: {exc}") from exc
-            if not known:
+            version = None  # an empty database
+        # before anything is written: a store that lost its releases is left as it is
+        self._check_recorded(recorded, has_data=version is not None)
+        if self.read_only_reason is not None:
+            if version is None:
                 raise StoreError(f"{str(self.path)!r} is not a clew index (no schema version)")
         else:
             try:
                 conn.executescript(_SCHEMA)
             except sqlite3.DatabaseError as exc:
+                if _is_damage(exc):
+                    raise
                 raise StoreError(f"{str(self.path)!r} is not a clew index: {exc}") from exc
-        version = self.get_meta("schema_version")
         if version is None:
-            self.set_meta({"schema_version": SCHEMA_VERSION, "release": "0"})
+            self._init_meta({"schema_version": SCHEMA_VERSION, "release": "0"})
         elif version != SCHEMA_VERSION:
             raise StoreError(
                 f"index schema version {version!r} is not supported; allowed: {SCHEMA_VERSION!r}"
+            )
+        self.store_id = self.get_meta("store_id")
+        if self.store_id is None and self.read_only_reason is None:
+            self._init_meta({})  # a store made before ids: give it one (migration)
+            self.store_id = self.get_meta("store_id")
+
+    def _init_meta(self, values: Mapping[str, str]) -> None:
+        """Add ``values`` and a fresh ``store_id`` where absent (never replaces: two processes
+        creating or migrating the same store agree on the first one committed)."""
+        conn = self._conn()
+        rows = [*values.items(), ("store_id", uuid.uuid4().hex)]
+        with _transaction(conn, self.directory):
+            conn.executemany("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)", rows)
+
+    def _check_recorded(self, recorded: Sequence[tuple[Path, Origin]], *, has_data: bool) -> None:
+        """A :class:`StoreError` when a derived manifest of this store reflects a committed
+        release the store no longer has (see the module docstring)."""
+        store_id = self.get_meta("store_id") if has_data else None
+        release = self.release() if has_data else 0
+        for path, origin in sorted(recorded, key=lambda r: -r[1].release):
+            if origin.release <= 0 or (has_data and origin.store_id != store_id):
+                continue  # nothing committed, or another store's leftovers (rebuilt on load)
+            if has_data and origin.release <= release:
+                continue
+            held = f"is at release {release}" if has_data else "holds no data"
+            manifests = " ".join(sorted(p.name for p, _ in recorded))
+            raise StoreError(
+                f"the index at {str(self.directory)!r} lost committed releases: {DB_NAME} {held}"
+                f" but {path.name} reflects {origin.describe()}; its write-ahead log "
+                f"{DB_NAME}-wal was truncated or deleted, or {DB_NAME} was replaced by an older "
+                "copy. Nothing was changed: restore the index directory from a backup or "
+                f"re-ingest; to accept the older release instead, delete {manifests} (the "
+                "derived indexes are then rebuilt from the store)"
             )
 
     @property
@@ -182,8 +317,8 @@ class SQLiteStore:
                         self.path, timeout=10.0, isolation_level=None, check_same_thread=False
                     )
                     try:
-                        conn.execute("PRAGMA journal_mode=WAL")
-                        conn.execute("PRAGMA synchronous=NORMAL")
+                        _retry_locked(lambda: conn.execute("PRAGMA journal_mode=WAL"), 10.0)  # type: ignore[union-attr]
+                        conn.execute(f"PRAGMA synchronous={SYNCHRONOUS}")
                     except sqlite3.Error:
                         conn.close()
                         raise
@@ -227,6 +362,7 @@ class SQLiteStore:
 
     # -- meta -------------------------------------------------------------------------------
 
+    @_guarded
     def get_meta(self, key: str) -> str | None:
         row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
@@ -242,8 +378,24 @@ class SQLiteStore:
     def release(self) -> int:
         return int(self.get_meta("release") or 0)
 
+    @_guarded
+    def origin(self, release: int) -> Origin | None:
+        """Release ``release`` of this store as a derived index records it (None when this
+        store, in the current read, has no such committed release, or has no id)."""
+        if self.store_id is None or release < 0:
+            return None
+        if release == 0:
+            return Origin(self.store_id, 0, None)
+        row = (
+            self._conn()
+            .execute("SELECT created_at FROM releases WHERE release = ?", (int(release),))
+            .fetchone()
+        )
+        return None if row is None else Origin(self.store_id, int(release), float(row[0]))
+
     # -- writes -----------------------------------------------------------------------------
 
+    @_guarded
     def doc_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
         out: dict[str, str] = {}
         conn = self._conn()
@@ -400,6 +552,7 @@ class SQLiteStore:
     # -- reads ------------------------------------------------------------------------------
 
     @contextmanager
+    @_guarded
     def reading(self) -> Iterator[None]:
         """One read transaction on this thread's connection: every read inside sees the same
         committed release, whatever other connections commit meanwhile. Re-entrant."""
@@ -415,6 +568,7 @@ class SQLiteStore:
             if conn.in_transaction:
                 conn.execute("COMMIT")  # read-only: nothing to write, ends the snapshot
 
+    @_guarded
     def concept_kinds(self, keys: Sequence[str]) -> dict[str, str]:
         """Kind of each stored concept among ``keys`` (missing keys are left out)."""
         out: dict[str, str] = {}
@@ -427,6 +581,7 @@ class SQLiteStore:
                 out[str(key)] = str(kind)
         return out
 
+    @_guarded
     def concept_aliases(self) -> list[tuple[str, str, str, list[str], int]]:
         """(key, label, kind, surface forms, chunks mentioning it) of every concept."""
         conn = self._conn()
@@ -444,6 +599,7 @@ class SQLiteStore:
             for cid, key, label, kind, n in rows
         ]
 
+    @_guarded
     def has_source(self, source: str) -> bool:
         """Whether any document has this ``source`` (e.g. ``memory``)."""
         row = (
@@ -453,12 +609,14 @@ class SQLiteStore:
         )
         return row is not None
 
+    @_guarded
     def has_document(self, doc_id: str) -> bool:
         return (
             self._conn().execute("SELECT 1 FROM documents WHERE doc_id = ?", (doc_id,)).fetchone()
             is not None
         )
 
+    @_guarded
     def document(
         self, doc_id: str
     ) -> tuple[dict[str, Any], list[tuple[int, str, int, str]]] | None:
@@ -490,6 +648,7 @@ class SQLiteStore:
         ]
         return doc, chunks
 
+    @_guarded
     def counts(self) -> dict[str, int]:
         conn = self._conn()
         return {
@@ -497,6 +656,7 @@ class SQLiteStore:
             for name in ("documents", "chunks", "concepts", "mentions", "links")
         }
 
+    @_guarded
     def max_ordinal(self) -> int:
         row = self._conn().execute("SELECT MAX(ordinal) FROM chunks").fetchone()
         seq = (
@@ -504,10 +664,12 @@ class SQLiteStore:
         )
         return max(int(row[0] or 0), int(seq[0]) if seq else 0)
 
+    @_guarded
     def live_ordinals(self) -> npt.NDArray[np.int64]:
         rows = self._conn().execute("SELECT ordinal FROM chunks ORDER BY ordinal").fetchall()
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
+    @_guarded
     def iter_tokens(self, after: int) -> Iterator[tuple[int, tuple[str, ...]]]:
         cur = self._conn().execute(
             "SELECT ordinal, tokens FROM chunks WHERE ordinal > ? ORDER BY ordinal", (int(after),)
@@ -515,6 +677,7 @@ class SQLiteStore:
         for ordinal, tokens in cur:
             yield int(ordinal), tuple(tokens.split())
 
+    @_guarded
     def iter_vectors(self, after: int) -> Iterator[tuple[int, Matrix]]:
         cur = self._conn().execute(
             "SELECT ordinal, vector FROM chunks WHERE ordinal > ? ORDER BY ordinal", (int(after),)
@@ -522,6 +685,7 @@ class SQLiteStore:
         for ordinal, blob in cur:
             yield int(ordinal), np.frombuffer(blob, dtype=np.float32)
 
+    @_guarded
     def chunk_keys(self, after: int) -> Iterator[tuple[int, tuple[str, str]]]:
         """(ordinal, (chunk id, content hash)) of chunks above an ordinal."""
         cur = self._conn().execute(
@@ -531,6 +695,7 @@ class SQLiteStore:
         for ordinal, chunk_id, digest in cur:
             yield int(ordinal), (chunk_id, digest)
 
+    @_guarded
     def fetch(self, ordinals: Sequence[int]) -> dict[int, ChunkRow]:
         out: dict[int, ChunkRow] = {}
         conn = self._conn()
@@ -555,6 +720,7 @@ class SQLiteStore:
                 )
         return out
 
+    @_guarded
     def metadata_rows(self) -> Iterator[tuple[list[int], Mapping[str, Any]]]:
         conn = self._conn()
         by_doc: dict[str, list[int]] = {}
@@ -564,6 +730,7 @@ class SQLiteStore:
             if doc_id in by_doc:
                 yield by_doc[doc_id], json.loads(metadata)
 
+    @_guarded
     def graph_rows(self) -> GraphRows:
         conn = self._conn()
         return GraphRows(
@@ -611,6 +778,21 @@ class _transaction:
                 self.conn.execute("ROLLBACK")
             except sqlite3.Error:
                 log.warning("rollback failed on %s", self.directory, exc_info=True)
+
+
+def _retry_locked(fn: Callable[[], object], timeout: float) -> None:
+    """Run ``fn``, retrying while the database is locked: switching a new file to WAL takes an
+    exclusive lock without waiting on the busy timeout, so two processes creating one index at
+    once would otherwise fail at once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fn()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _store_error(directory: Path, exc: sqlite3.Error, what: str) -> StoreError:

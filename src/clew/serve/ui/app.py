@@ -499,10 +499,13 @@ def _sidebar(api: ApiClient) -> str:
     try:
         _, health = api.call("GET", "/health")
         health = health if isinstance(health, dict) else {}
-        st.sidebar.caption(
-            f"release {health.get('release')} · {health.get('documents')} documents · "
-            f"{health.get('chunks')} chunks"
-        )
+        if "documents" in health:  # counts only for a key with the metrics right
+            st.sidebar.caption(
+                f"release {health.get('release')} · {health.get('documents')} documents · "
+                f"{health.get('chunks')} chunks"
+            )
+        else:
+            st.sidebar.caption(f"service {health.get('status', 'unreachable')}")
     except ApiError as exc:
         st.sidebar.error(str(exc))
     return str(page)
