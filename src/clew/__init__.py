@@ -16,7 +16,8 @@ from clew.errors import (
 from clew.filters import parse_filter
 from clew.ingest.analyze import ANALYZER_VERSION, analyze
 from clew.protocols import Encoder, RerankCandidate, Reranker, RerankScores
-from clew.retrieve.engine import Engine, Replay
+from clew.retrieve.engine import Engine
+from clew.retrieve.run import Replay
 from clew.types import (
     Chunk,
     Concept,

@@ -17,17 +17,17 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from clew.config import EmbedderConfig, EngineConfig, RecencyConfig, preset_config
+from clew.config import EmbedderConfig, EngineConfig, preset_config
 from clew.errors import ConfigError, QueryError, StoreError
-from clew.filters import Mask, MetadataColumns, matches, parse_filter, parse_time, to_json
-from clew.index.graph import GraphIndex, GraphStats, LinkedConcept
+from clew.filters import Mask, matches, parse_filter, parse_time, to_json
+from clew.index.graph import GraphIndex, LinkedConcept
 from clew.index.lexical import BM25Index
 from clew.index.vector import VectorIndex
 from clew.ingest.analyze import ANALYZER_VERSION, analyze, query_terms
@@ -37,27 +37,31 @@ from clew.ingest.load import load_path
 from clew.ingest.pipeline import IngestContext, IngestWriter, ingest
 from clew.protocols import (
     ChunkRow,
-    DocumentRecord,
     Encoder,
     RerankCandidate,
     Reranker,
-    RerankScores,
 )
-from clew.retrieve.expand import ExpandStats, expand
+from clew.retrieve.expand import expand
 from clew.retrieve.fuse import Fused, dedup, rrf
+from clew.retrieve.recency import apply_recency, epoch, without_memory_recency
 from clew.retrieve.rerank import build_reranker, leg_features, recency, rerank
 from clew.retrieve.route import route
+from clew.retrieve.run import BrokenReranker, Replay, Run, elapsed_ms, to_hit
+from clew.retrieve.scoped_writer import ScopedWriter
+from clew.retrieve.snapshot import (
+    MEMORY_KIND,
+    SAME_SCOPE,
+    ReadWriteLock,
+    ScopeStats,
+    Snapshot,
+)
 from clew.retrieve.sql_legs import ChunkKeys, SqlLegs
 from clew.store.sqlite import SQLiteStore
 from clew.types import (
-    Contribution,
     Document,
     Hit,
     IngestReport,
     LegHit,
-    RerankNote,
-    RerankStatus,
-    Route,
     SearchResult,
     Similar,
     StoredChunk,
@@ -71,201 +75,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MEMORY_KIND = "memory"
-"""``metadata.kind`` of a memory (:mod:`clew.memory`)."""
-MEMORY_SOURCE = "memory"
-RECENCY = "recency"
-"""Contribution name of recency weighting."""
+_ASK_K = 20
+"""Hits an answer considers before assembly (the token budget decides how many are kept)."""
+_ANSWER_CHUNKS = 4
+"""Kept chunks whose sentences compete for the extractive answer (the best-ranked ones)."""
 
 _INGEST_META = ("embedder", "embedder_version", "dim", "analyzer", "concepts", "chunk")
-
-
-class _ReadWriteLock:
-    """Many readers or one writer; a waiting writer holds back new readers (no starvation)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writing = False
-        self._waiting = 0
-
-    @contextmanager
-    def reading(self) -> Iterator[None]:
-        with self._cond:
-            while self._writing or self._waiting:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def writing(self) -> Iterator[None]:
-        with self._cond:
-            self._waiting += 1
-            try:
-                while self._writing or self._readers:
-                    self._cond.wait()
-            finally:
-                self._waiting -= 1
-            self._writing = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writing = False
-                self._cond.notify_all()
-
-
-SAME_SCOPE: Any = type("SameScope", (), {"__repr__": lambda self: "SAME_SCOPE"})()
-"""Statistics over the request's own scope (the default of ``stats_scope``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ScopeStats:
-    """What query-time statistics are computed over for a scoped caller: BM25's chunk count,
-    lengths and document frequencies, answer idf and coverage, concept idf, hub cuts and
-    PageRank all come from ``population`` (the scope's live chunks), so no number a response
-    carries depends on data outside the scope."""
-
-    population: Mask
-    graph: GraphStats
-    sql: Any = None
-    """PostgreSQL: the scope as BM25's population in SQL, with its corpus statistics
-    (:meth:`clew.retrieve.sql_legs.SqlLegs.population`)."""
-
-
-@dataclass(slots=True)
-class _Snapshot:
-    release: int
-    _lexical: BM25Index | None
-    _vector: VectorIndex | None
-    _graph: GraphIndex | None
-    live: Mask
-    store: SQLiteStore | PostgresStore
-    keys: Mapping[int, tuple[str, str]]
-    """Ordinal → (chunk id, content hash), for fusion ties and dedup: every chunk in memory for
-    an embedded index; read on demand (:class:`~clew.retrieve.sql_legs.ChunkKeys`) for
-    PostgreSQL."""
-    _columns: MetadataColumns | None = None
-    _masks: OrderedDict[str, Mask] = field(default_factory=OrderedDict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _memories: bool | None = None
-    sql: SqlLegs | None = None
-    """The legs in SQL when the store is PostgreSQL (None: the in-memory legs)."""
-    _build: Callable[[str], Any] | None = None
-    """Builds a derived index that is not in memory (PostgreSQL: only if something asks)."""
-    _build_lock: threading.Lock = field(default_factory=threading.Lock)
-    _stats: OrderedDict[str, ScopeStats] = field(default_factory=OrderedDict)
-
-    def scope_stats(self, scope_json: str | None) -> ScopeStats | None:
-        """The statistics population of a caller's scope: its live chunks, and the graph leg's
-        numbers over them (None: unscoped, the whole index's statistics). Cached per scope."""
-        if scope_json is None:
-            return None
-        with self._lock:
-            cached = self._stats.get(scope_json)
-            if cached is not None:
-                self._stats.move_to_end(scope_json)
-                return cached
-        pg: Any = None
-        if self.sql is None:
-            population = self.allowed(None, scope_json)
-        else:  # the database evaluates the scope
-            node = parse_filter(scope_json)
-            key = json.dumps([None, scope_json, []])
-            where = self.sql.where(None, node)
-            population = self.sql.mask(key, where, self.live)
-            pg = self.sql.population(key, where)
-        stats = ScopeStats(population, self.graph.stats(population), pg)
-        with self._lock:
-            self._stats[scope_json] = stats
-            if len(self._stats) > 16:
-                self._stats.popitem(last=False)
-        return stats
-
-    def _lazy(self, name: str) -> Any:
-        with self._build_lock:
-            current = getattr(self, "_" + name)
-            if current is None:
-                assert self._build is not None
-                current = self._build(name)
-                setattr(self, "_" + name, current)
-            return current
-
-    @property
-    def lexical(self) -> BM25Index:
-        """The in-memory BM25 index (PostgreSQL: built from the database on first use; the
-        query path never asks for it there)."""
-        return self._lexical if self._lexical is not None else self._lazy("lexical")
-
-    @property
-    def vector(self) -> VectorIndex:
-        """The in-memory vector index (PostgreSQL: as :attr:`lexical`)."""
-        return self._vector if self._vector is not None else self._lazy("vector")
-
-    @property
-    def graph(self) -> GraphIndex:
-        """The in-memory graph (PostgreSQL: the graph leg's, loaded once per graph state when a
-        query first walks it)."""
-        if self.sql is not None:
-            return self.sql.graph.index()  # type: ignore[no-any-return]
-        return self._graph if self._graph is not None else self._lazy("graph")
-
-    def load_keys(self, ordinals: Iterable[int]) -> None:
-        """Make the keys of these ordinals cheap to read (PostgreSQL: one query)."""
-        if isinstance(self.keys, ChunkKeys):
-            self.keys.load(list(ordinals))
-
-    def columns(self) -> MetadataColumns:
-        with self._lock:
-            if self._columns is None:
-                self._columns = MetadataColumns.build(len(self.live), self.store.metadata_rows())
-            return self._columns
-
-    def has_memories(self) -> bool:
-        """Whether any memory is in this release (memories get recency weighting)."""
-        if self._memories is None:
-            self._memories = self.store.has_source(MEMORY_SOURCE)
-        return self._memories
-
-    def memory_mask(self) -> Mask:
-        return self.allowed(None, json.dumps({"kind": MEMORY_KIND}))
-
-    def allowed(self, filter_json: str | None, scope_json: str | None = None) -> Mask:
-        """Live chunks that pass the request's filter AND the caller's scope.
-
-        The filter is strict (a field no document has is an error); the scope is not (a scope
-        over a field nothing has yet hides everything, and its error would reveal field names).
-        """
-        if filter_json is None and scope_json is None:
-            return self.live
-        key = f"{filter_json}\x00{scope_json}"
-        with self._lock:
-            cached = self._masks.get(key)
-            if cached is not None:
-                self._masks.move_to_end(key)
-                return cached
-        columns = self.columns()
-        with self._lock:
-            mask = self.live
-            scope = parse_filter(scope_json)
-            if scope is not None:
-                mask = mask & columns.mask(scope, strict=False)
-            node = parse_filter(filter_json)
-            if node is not None:
-                # a scoped caller's filter is checked against the fields of documents in scope:
-                # an error must not name, or hint at, fields only other tenants use
-                within = None if scope is None else mask
-                mask = mask & columns.mask(node, strict=True, within=within)
-            self._masks[key] = mask
-            if len(self._masks) > 64:
-                self._masks.popitem(last=False)
-            return mask
 
 
 def _is_url(target: str | Path) -> bool:
@@ -289,143 +104,6 @@ def _state_dir(url: str) -> Path:
 
     safe = re.sub(r"://([^:@/]*):[^@]*@", r"://\1@", url)
     return Path(cache_dir()) / "postgres" / hashlib.sha256(safe.encode()).hexdigest()[:16]
-
-
-@dataclass(slots=True)
-class _Run:
-    """One retrieval: the inputs, every intermediate list, and the final hits."""
-
-    cfg: EngineConfig
-    query: str
-    k: int
-    filter: dict[str, Any] | None
-    preset: str
-    snap: _Snapshot
-    route: Route
-    lists: dict[str, list[LegHit]]
-    fused: list[Fused]
-    expanded: list[Fused] | None = None
-    expand_stats: ExpandStats | None = None
-    reranked: list[Fused] | None = None
-    rerank_status: RerankStatus | None = None
-    rerank_notes: dict[int, RerankNote] = field(default_factory=dict)
-    reranker_version: str = ""
-    features: dict[int, dict[str, float]] = field(default_factory=dict)
-    """Feature-reranker signals per candidate ordinal (when that reranker ran)."""
-    hits: tuple[Hit, ...] = ()
-    embedding: Future[Any] | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-    scope: dict[str, Any] | None = None
-    """The caller's scope (AND-ed with the filter in every leg); None = unscoped."""
-    stats_scope: Any = SAME_SCOPE
-    """The scope statistics are computed over when it is not ``scope`` (recall: the caller's
-    scope without the memory conditions)."""
-    caller: str | None = None
-    """Name of the principal that asked (a service key's name; never the key)."""
-    reference: float = 0.0
-    """Reference time of recency weighting and ``as_of`` (epoch seconds)."""
-    scoped: ScopeStats | None = None
-    """The statistics population of a scoped request (None: the whole index's)."""
-
-    def result(self) -> SearchResult:
-        return SearchResult(
-            query=self.query,
-            route=self.route,
-            hits=self.hits,
-            release=self.snap.release,
-            timings_ms=self.timings,
-            filter=self.filter,
-            preset=self.preset,
-            rerank=self.rerank_status,
-        )
-
-    def trace(self, kind: str) -> dict[str, Any]:
-        """Everything needed to replay and compare this retrieval (no timings compared)."""
-        keys = self.snap.keys
-
-        def ranked(items: Sequence[Fused | LegHit]) -> dict[str, list[Any]]:
-            return {
-                "ids": [keys[f.ordinal][0] for f in items],
-                "scores": [float(f.score) for f in items],
-            }
-
-        store = self.snap.store
-        lists: dict[str, Any] = {leg: ranked(hits) for leg, hits in sorted(self.lists.items())}
-        lists["fused"] = ranked(self.fused)
-        if self.expanded is not None:
-            lists["expanded"] = ranked(self.expanded)
-        if self.reranked is not None:
-            lists["reranked"] = ranked(self.reranked)
-        lists["hits"] = {
-            "ids": [h.chunk_id for h in self.hits],
-            "scores": [h.score for h in self.hits],
-        }
-        stats = self.expand_stats
-        return {
-            "format": TRACE_FORMAT,
-            "kind": kind,
-            "query": self.query,
-            "k": self.k,
-            "filter": self.filter,
-            "scope": self.scope,
-            **({} if self.stats_scope is SAME_SCOPE else {"stats_scope": self.stats_scope}),
-            "caller": self.caller,
-            "reference_time": self.reference,
-            "preset": self.preset,
-            "config": self.cfg.to_dict(),
-            "release": self.snap.release,
-            "analyzer": ANALYZER_VERSION,
-            "models": {
-                "embedder": store.get_meta("embedder"),
-                "embedder_version": store.get_meta("embedder_version"),
-                "concepts": store.get_meta("concepts"),
-                "reranker": None if self.rerank_status is None else self.rerank_status.reranker,
-                "reranker_version": self.reranker_version,
-            },
-            "route": self.route.to_dict(),
-            "lists": lists,
-            "expansion": None
-            if stats is None
-            else {
-                "seeds": stats.seeds,
-                "reached": stats.reached,
-                "added": stats.added,
-                "lifted": stats.lifted,
-            },
-            "rerank": None if self.rerank_status is None else self.rerank_status.to_dict(),
-            "hits": [_traced(h) for h in self.hits],
-            "timings_ms": dict(self.timings),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Replay:
-    trace_id: str
-    release_then: int
-    release_now: int
-    differences: tuple[str, ...]
-
-    @property
-    def identical(self) -> bool:
-        return not self.differences
-
-
-TRACE_FORMAT = "clew-trace/1"
-_ASK_K = 20
-"""Hits an answer considers before assembly (the token budget decides how many are kept)."""
-_ANSWER_CHUNKS = 4
-"""Kept chunks whose sentences compete for the extractive answer (the best-ranked ones)."""
-
-
-class _Broken:
-    """Stands in for a reranker that could not be built, so the fallback records why."""
-
-    def __init__(self, kind: str, error: Exception) -> None:
-        self.name = kind
-        self.error = error
-
-    def score(self, query: str, candidates: Sequence[RerankCandidate]) -> RerankScores:
-        raise self.error
 
 
 class Engine:
@@ -472,13 +150,13 @@ class Engine:
         self._encoder = encoder
         self._injected_encoder = encoder is not None
         self._extractor = extractor
-        self._snapshot: _Snapshot | None = None
+        self._snapshot: Snapshot | None = None
         self._pg: tuple[Any, ChunkKeys] | None = None
         """PostgreSQL: the graph leg and the chunk keys, shared by every snapshot."""
         self._sync_lock = threading.Lock()
         """Guards the model, calibration and trace caches (never held while waiting on _rw)."""
         self._refresh_lock = threading.Lock()
-        self._rw = _ReadWriteLock()
+        self._rw = ReadWriteLock()
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="clew-leg")
         self._rerankers: dict[tuple[Any, ...], Reranker] = {}
@@ -631,7 +309,7 @@ class Engine:
                 self.store.set_meta(meta)  # before the first batch: it describes what is written
             writer: IngestWriter = self.store
             if parse_filter(scope) is not None:
-                writer = _ScopedWriter(self.store, self._snap(), scope)
+                writer = ScopedWriter(self.store, self._snap(), scope)
             try:
                 report = ingest(docs, writer, ctx, progress=progress)
             finally:
@@ -670,10 +348,10 @@ class Engine:
                 self._snapshot = self._sync(release)
 
     @contextmanager
-    def _reading(self) -> Iterator[_Snapshot]:
+    def _reading(self) -> Iterator[Snapshot]:
         """Pin one snapshot for a whole request: every stage of a search or ask (and its trace)
         reads the same release, however many writes land meanwhile. Re-entrant per thread."""
-        pinned: _Snapshot | None = getattr(self._local, "snap", None)
+        pinned: Snapshot | None = getattr(self._local, "snap", None)
         if pinned is not None:
             yield pinned
             return
@@ -687,8 +365,8 @@ class Engine:
             finally:
                 self._local.snap = None
 
-    def _snap(self) -> _Snapshot:
-        pinned: _Snapshot | None = getattr(self._local, "snap", None)
+    def _snap(self) -> Snapshot:
+        pinned: Snapshot | None = getattr(self._local, "snap", None)
         if pinned is not None:
             return pinned
         release = self.store.release()
@@ -703,7 +381,7 @@ class Engine:
         assert snap is not None
         return snap
 
-    def _sync(self, release: int) -> _Snapshot:
+    def _sync(self, release: int) -> Snapshot:
         """A snapshot at the store's current release (``release`` or a newer one).
 
         Every store read happens in one read transaction, so the snapshot holds exactly one
@@ -783,9 +461,9 @@ class Engine:
                         d,
                         exc,
                     )
-        return _Snapshot(release, lexical, vector, graph, live, self.store, keys)
+        return Snapshot(release, lexical, vector, graph, live, self.store, keys)
 
-    def _sync_sql(self) -> _Snapshot:
+    def _sync_sql(self) -> Snapshot:
         """A snapshot of a PostgreSQL store: the release and its live chunks. The legs run in
         the database; no derived index is copied into memory (the graph is loaded by the graph
         leg when a query first needs it, see :mod:`clew.retrieve.sql_legs`)."""
@@ -802,7 +480,7 @@ class Engine:
             size = store.max_ordinal() + 1
             live = np.zeros(size, dtype=bool)
             live[store.live_ordinals()] = True
-        snap = _Snapshot(release, None, None, None, live, store, keys, _build=self._build_index)
+        snap = Snapshot(release, None, None, None, live, store, keys, _build=self._build_index)
         snap.sql = SqlLegs(store, release, self.config.dense, graph)
         return snap
 
@@ -812,7 +490,7 @@ class Engine:
         log.warning("building the in-memory %s index from %s", name, display_target(self.url or ""))
         if name == "lexical":
             return self._rebuild_lexical()
-        if name != "vector":  # the graph comes from the graph leg (_Snapshot.graph)
+        if name != "vector":  # the graph comes from the graph leg (Snapshot.graph)
             raise ValueError(f"no in-memory {name!r} index is built here")
         vector = VectorIndex(int(self.store.get_meta("dim") or 384), self.config.dense)
         vector.add(self.store.iter_vectors(0))
@@ -846,7 +524,7 @@ class Engine:
         ``caller`` names the principal in the trace. ``as_of`` (epoch seconds) is the
         reference time of recency weighting (default: now). Memories in the index are found as
         documents are, on relevance alone: recency weighting of memories is :meth:`recall`'s."""
-        cfg = _without_memory_recency(config or (preset_config(preset) if preset else self.config))
+        cfg = without_memory_recency(config or (preset_config(preset) if preset else self.config))
         return self._search(query, k, filter, preset, cfg, scope, caller, as_of, SAME_SCOPE)
 
     def _search(
@@ -925,7 +603,7 @@ class Engine:
             default=str,
         )
 
-    def _cache_get(self, key: str | None, snap: _Snapshot) -> Any:
+    def _cache_get(self, key: str | None, snap: Snapshot) -> Any:
         if key is None:
             return None
         full = self._versioned(key, snap)
@@ -935,7 +613,7 @@ class Engine:
                 self._cache.move_to_end(full)
             return found
 
-    def _cache_put(self, key: str | None, snap: _Snapshot, value: Any) -> None:
+    def _cache_put(self, key: str | None, snap: Snapshot, value: Any) -> None:
         rerank = getattr(value, "rerank", None)
         if key is None or (rerank is not None and not rerank.ran):
             return  # a reranker that fell back may work next time
@@ -945,7 +623,7 @@ class Engine:
             while len(self._cache) > self.config.cache.size:
                 self._cache.popitem(last=False)
 
-    def _versioned(self, key: str, snap: _Snapshot) -> str:
+    def _versioned(self, key: str, snap: Snapshot) -> str:
         versions = (self.store.get_meta("embedder_version"), self.store.get_meta("concepts"))
         return f"{snap.release}|{ANALYZER_VERSION}|{versions[0]}|{versions[1]}|{key}"
 
@@ -966,7 +644,7 @@ class Engine:
         scope: Any = None,
         as_of: float | None = None,
         stats_scope: Any = SAME_SCOPE,
-    ) -> _Run:
+    ) -> Run:
         """Every stage up to the final hits, with the intermediate lists kept for the trace.
 
         ``exclude_docs`` hides whole documents as a filter would (calibration uses it to make
@@ -1023,7 +701,7 @@ class Engine:
             where = sql_legs.where(node, scope_node, exclude_docs)
         else:
             allowed = mask()
-        timings["filter"] = _ms(t)
+        timings["filter"] = elapsed_ms(t)
 
         # the query embedding is the longest stage: start it now, link and route meanwhile
         embedding: Future[Any] | None = None
@@ -1052,7 +730,7 @@ class Engine:
             if allowed is not snap.live:
                 linked = snap.graph.within(linked, allowed)
         chosen = route(query, len(linked), cfg.fusion, cfg.router)
-        timings["route"] = _ms(t)
+        timings["route"] = elapsed_ms(t)
 
         # lexical and graph run in workers; dense waits on the embedding already under way in a
         # worker, so it runs on the caller's thread instead of holding a worker while it waits
@@ -1142,14 +820,14 @@ class Engine:
         fused = rrf(lists, chosen.legs, cfg.fusion.rrf_k, chunk_id)
         if cfg.fusion.dedup:
             fused = dedup(fused, content_hash)
-        timings["fuse"] = _ms(t)
+        timings["fuse"] = elapsed_ms(t)
         reference = time.time() if as_of is None else as_of
         rc = cfg.recency
         if fused and rc.weight > 0 and (rc.documents or (rc.memories and snap.has_memories())):
             t = time.perf_counter()
-            fused = _recency(fused, snap, rc, reference, cfg.fusion.rrf_k)
-            timings["recency"] = _ms(t)
-        run = _Run(cfg, query, k, to_json(node), preset or "default", snap, chosen, lists, fused)
+            fused = apply_recency(fused, snap, rc, reference, cfg.fusion.rrf_k)
+            timings["recency"] = elapsed_ms(t)
+        run = Run(cfg, query, k, to_json(node), preset or "default", snap, chosen, lists, fused)
         run.scope = to_json(scope_node)
         if stats_scope is not SAME_SCOPE:
             run.stats_scope = None if stats_node is None else to_json(stats_node)
@@ -1167,7 +845,7 @@ class Engine:
             if cfg.fusion.dedup:
                 pool = dedup(pool, content_hash)
             run.expanded = pool
-            timings["expand"] = _ms(t)
+            timings["expand"] = elapsed_ms(t)
 
         rows: dict[int, ChunkRow] = {}
         if cfg.rerank.kind != "none" and pool:
@@ -1192,13 +870,13 @@ class Engine:
             try:
                 reranker = self._reranker(cfg)
             except Exception as exc:  # a model that cannot load: fall back, say why
-                reranker = _Broken(cfg.rerank.kind, exc)
+                reranker = BrokenReranker(cfg.rerank.kind, exc)
             reranked = rerank(query, pool, candidates, reranker, cfg.rerank.keep)
             pool = reranked.pool
             run.rerank_status, run.rerank_notes = reranked.status, reranked.notes
             run.reranked = pool[: len(head)]
             run.reranker_version = str(getattr(reranker, "version", ""))
-            timings["rerank"] = _ms(t)
+            timings["rerank"] = elapsed_ms(t)
 
         t = time.perf_counter()
         top = pool[:k]
@@ -1208,19 +886,19 @@ class Engine:
         if missing:
             rows.update(snap.store.fetch(missing))
         run.hits = tuple(
-            _hit(f, rows[f.ordinal], keys, run.rerank_notes.get(f.ordinal))
+            to_hit(f, rows[f.ordinal], keys, run.rerank_notes.get(f.ordinal))
             for f in top
             if f.ordinal in rows
         )
         run.embedding = embedding
-        timings["fetch"] = _ms(t)
-        timings["total"] = _ms(started)
+        timings["fetch"] = elapsed_ms(t)
+        timings["total"] = elapsed_ms(started)
         run.timings = timings
         return run
 
     def _features(
         self,
-        snap: _Snapshot,
+        snap: Snapshot,
         head: Sequence[Fused],
         rows: Mapping[int, ChunkRow],
         vector: Any,
@@ -1319,7 +997,7 @@ class Engine:
         """Search, assemble a budgeted context, and answer with citations (or abstain).
 
         ``scope`` and ``caller`` as in :meth:`search`."""
-        cfg = _without_memory_recency(config or (preset_config(preset) if preset else self.config))
+        cfg = without_memory_recency(config or (preset_config(preset) if preset else self.config))
         with self._reading() as snap:
             key = self._cache_key("ask", question, k, filter, scope, preset, cfg, None, caller)
             cached = self._cache_get(key, snap)
@@ -1346,7 +1024,7 @@ class Engine:
         scope: Any = None,
         as_of: float | None = None,
         stats_scope: Any = SAME_SCOPE,
-    ) -> tuple[Answer, _Run, dict[str, Any]]:
+    ) -> tuple[Answer, Run, dict[str, Any]]:
         from clew.compose.answer import (
             NOT_FOUND,
             Answer,
@@ -1374,7 +1052,7 @@ class Engine:
         timings = run.timings
         t = time.perf_counter()
         ctx = assemble(run.hits, cfg.assemble)
-        timings["assemble"] = _ms(t)
+        timings["assemble"] = elapsed_ms(t)
 
         t = time.perf_counter()
         snap = run.snap
@@ -1411,7 +1089,7 @@ class Engine:
             confidence = calibration.probability(evidence)
             threshold, calibration_info = calibration.threshold, calibration.info
         abstained = cfg.answer.abstain and (confidence < threshold or not selected or not ctx.kept)
-        timings["answer"] = _ms(t)
+        timings["answer"] = elapsed_ms(t)
 
         citations: list[Citation] = []
         text = NOT_FOUND
@@ -1433,7 +1111,7 @@ class Engine:
             except Exception as exc:  # endpoint failure: the extractive answer, with the reason
                 fallback = f"{type(exc).__name__}: {exc}"
                 mode = "extractive"
-            timings["generate"] = _ms(t)
+            timings["generate"] = elapsed_ms(t)
         if not abstained and mode == "extractive":
             number: dict[int, int] = {}
             terms: dict[int, list[str]] = {}
@@ -1541,7 +1219,7 @@ class Engine:
 
     # -- traces ------------------------------------------------------------------------------
 
-    def _write_trace(self, run: _Run, kind: str, extra: Mapping[str, Any] | None = None) -> str:
+    def _write_trace(self, run: Run, kind: str, extra: Mapping[str, Any] | None = None) -> str:
         from clew.trace import TraceStore
 
         trace = run.trace(kind)
@@ -1556,7 +1234,7 @@ class Engine:
     def _embed_query(self, query: str, timings: dict[str, float]) -> Any:
         t0 = time.perf_counter()
         vec = self.encoder.encode([query])[0]
-        timings["embed"] = _ms(t0)
+        timings["embed"] = elapsed_ms(t0)
         return vec
 
     def _run_legs(
@@ -1571,7 +1249,7 @@ class Engine:
             def run() -> list[LegHit]:
                 t0 = time.perf_counter()
                 out = fn()
-                timings[name] = _ms(t0)
+                timings[name] = elapsed_ms(t0)
                 return out
 
             return run
@@ -1580,7 +1258,7 @@ class Engine:
         futures = {name: self._pool.submit(timed(name, fn)) for name, fn in pooled.items()}
         lists = {name: timed(name, fn)() for name, fn in inline.items()}
         lists.update({name: f.result() for name, f in futures.items()})
-        timings["legs"] = _ms(t)
+        timings["legs"] = elapsed_ms(t)
         return lists
 
     # -- inspection -------------------------------------------------------------------------
@@ -1666,7 +1344,7 @@ class Engine:
         weighting (``recency.memories``, on by default) shows as its own contribution."""
         bounds: dict[str, float] = {}
         times = {"since": since, "until": until, "as_of": as_of}
-        parsed = {name: _epoch(value, name) for name, value in times.items()}
+        parsed = {name: epoch(value, name) for name, value in times.items()}
         if parsed["since"] is not None:
             bounds["gte"] = parsed["since"]
         if parsed["until"] is not None:
@@ -1799,167 +1477,3 @@ class Engine:
                 else snap.vector.hnsw is not None
             ),
         }
-
-
-def _traced(hit: Hit) -> dict[str, Any]:
-    """A hit as the trace keeps it: ids, score and provenance (the text is in the store)."""
-    out = hit.to_dict()
-    for key in ("text", "title", "metadata", "heading_path"):
-        out.pop(key, None)
-    return out
-
-
-def _hit(
-    f: Fused, row: ChunkRow, keys: Mapping[int, tuple[str, str]], note: RerankNote | None
-) -> Hit:
-    return Hit(
-        chunk_id=row.chunk_id,
-        doc_id=row.doc_id,
-        title=row.title,
-        text=row.text,
-        score=f.score,
-        metadata=row.metadata,
-        contributions=f.contributions,
-        graph=f.trail,
-        heading_path=row.heading_path,
-        token_count=row.token_count,
-        content_hash=row.content_hash,
-        duplicates=tuple(keys[o][0] for o in f.duplicates),
-        expansion=f.expansion,
-        rerank=note,
-    )
-
-
-def _ms(start: float) -> float:
-    return round((time.perf_counter() - start) * 1000.0, 3)
-
-
-class _ScopedWriter:
-    """The store as a scoped writer's ingest sees it: every write goes through, but the concepts
-    entity resolution may resolve against are those that chunks in the writer's scope mention
-    (in the release the ingest started from) or that this ingest wrote itself."""
-
-    def __init__(self, store: SQLiteStore | PostgresStore, snap: _Snapshot, scope: Any) -> None:
-        self._store = store
-        self._graph = snap.graph
-        self._allowed = snap.allowed(None, json.dumps(to_json(parse_filter(scope)), sort_keys=True))
-        self._written: set[str] = set()
-
-    def doc_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:
-        return self._store.doc_hashes(doc_ids)
-
-    def write(self, records: Sequence[DocumentRecord]) -> int:
-        release = self._store.write(records)
-        for rec in records:
-            self._written.update(m.concept.key for ms in rec.mentions for m in ms)
-        return release
-
-    def release(self) -> int:
-        return self._store.release()
-
-    def concept_kinds(self, keys: Sequence[str]) -> dict[str, str]:
-        g, allowed = self._graph, self._allowed
-        upto = min(g.mentions.shape[1], len(allowed))
-
-        def visible(key: str) -> bool:
-            if key in self._written:
-                return True
-            row = g.key_to_row.get(key)
-            if row is None:
-                return False
-            cols = g.mentions.indices[g.mentions.indptr[row] : g.mentions.indptr[row + 1]]
-            cols = cols[cols < upto]
-            return bool(len(cols)) and bool(allowed[cols].any())
-
-        mine = [k for k in keys if visible(k)]
-        return self._store.concept_kinds(mine) if mine else {}
-
-
-def _without_memory_recency(cfg: EngineConfig) -> EngineConfig:
-    """The config :meth:`Engine.search` and :meth:`Engine.ask` run with: memories compete with
-    documents on relevance, so a fresh but weak memory cannot crowd out the documents a
-    search is for (recency of memories is :meth:`Engine.recall`'s)."""
-    if not cfg.recency.memories:
-        return cfg
-    return replace(cfg, recency=replace(cfg.recency, memories=False))
-
-
-def _recency(
-    fused: list[Fused],
-    snap: _Snapshot,
-    rc: RecencyConfig,
-    reference: float,
-    rrf_k: int,
-) -> list[Fused]:
-    """Recency weighting after fusion, as its own additive part on the RRF scale: a hit
-    created ``age`` days before ``reference`` gains ``weight * 0.5 ** (age / half_life) /
-    (rrf_k + 1)`` (a brand-new hit: ``weight`` times a rank-1 leg's part; an old one almost
-    nothing, so age never buries an exact match). Memories, and documents when configured;
-    hits without ``created_at`` are left alone. Each boosted hit gets a ``recency``
-    contribution: its new rank, its age in days as the raw score, and the part it gained."""
-    info: Callable[[int], tuple[float, bool]]
-    if snap.sql is not None:
-        known = snap.sql.recency_of([f.ordinal for f in fused], MEMORY_KIND)
-
-        def info(o: int) -> tuple[float, bool]:
-            return known.get(o, (math.nan, False))
-    else:
-        created = snap.columns().numeric("created_at")
-        if created is None:
-            return fused
-        memory = snap.memory_mask() if rc.memories else None
-
-        def info(o: int) -> tuple[float, bool]:
-            when = float(created[o]) if o < len(created) else math.nan
-            return when, memory is not None and o < len(memory) and bool(memory[o])
-
-    out: list[Fused] = []
-    gained: dict[int, tuple[float, float]] = {}
-    for f in fused:
-        o = f.ordinal
-        when, is_memory = info(o)
-        is_memory = is_memory and rc.memories
-        if math.isnan(when) or not (rc.documents or is_memory):
-            out.append(f)
-            continue
-        age = max(0.0, (reference - when) / 86_400.0)
-        part = rc.weight * 0.5 ** (age / rc.half_life_days) / (rrf_k + 1)
-        gained[o] = (round(age, 3), part)
-        out.append(replace(f, score=f.score + part))
-    if not gained:
-        return fused
-    position = {f.ordinal: i for i, f in enumerate(fused)}
-    out.sort(key=lambda f: (-f.score, position[f.ordinal]))
-    return [
-        replace(
-            f,
-            contributions=(
-                *f.contributions,
-                Contribution(RECENCY, rank, gained[f.ordinal][0], gained[f.ordinal][1]),
-            ),
-        )
-        if f.ordinal in gained
-        else f
-        for rank, f in enumerate(out, start=1)
-    ]
-
-
-def _epoch(value: Any, name: str) -> float | None:
-    """A time argument as epoch seconds: ISO 8601 text, a datetime (naive = UTC) or a number."""
-    import datetime as dt
-
-    if value is None:
-        return None
-    if isinstance(value, dt.datetime):
-        when = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
-        return when.timestamp()
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    if isinstance(value, str):
-        parsed = parse_time(value)
-        if parsed is not None:
-            return parsed
-    raise QueryError(
-        f"{name}={value!r} is not a time; allowed: ISO 8601 (e.g. 2026-03-01 or "
-        "2026-03-01T12:00:00Z), a datetime or epoch seconds"
-    )

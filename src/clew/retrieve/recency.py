@@ -1,0 +1,110 @@
+"""Recency after fusion (memories in recall, documents when configured) and time parsing."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from clew.config import EngineConfig, RecencyConfig
+from clew.errors import QueryError
+from clew.filters import parse_time
+from clew.retrieve.fuse import Fused
+from clew.retrieve.snapshot import MEMORY_KIND, RECENCY, Snapshot
+from clew.types import (
+    Contribution,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+def without_memory_recency(cfg: EngineConfig) -> EngineConfig:
+    """The config :meth:`Engine.search` and :meth:`Engine.ask` run with: memories compete with
+    documents on relevance, so a fresh but weak memory cannot crowd out the documents a
+    search is for (recency of memories is :meth:`Engine.recall`'s)."""
+    if not cfg.recency.memories:
+        return cfg
+    return replace(cfg, recency=replace(cfg.recency, memories=False))
+
+
+def apply_recency(
+    fused: list[Fused],
+    snap: Snapshot,
+    rc: RecencyConfig,
+    reference: float,
+    rrf_k: int,
+) -> list[Fused]:
+    """Recency weighting after fusion, as its own additive part on the RRF scale: a hit
+    created ``age`` days before ``reference`` gains ``weight * 0.5 ** (age / half_life) /
+    (rrf_k + 1)`` (a brand-new hit: ``weight`` times a rank-1 leg's part; an old one almost
+    nothing, so age never buries an exact match). Memories, and documents when configured;
+    hits without ``created_at`` are left alone. Each boosted hit gets a ``recency``
+    contribution: its new rank, its age in days as the raw score, and the part it gained."""
+    info: Callable[[int], tuple[float, bool]]
+    if snap.sql is not None:
+        known = snap.sql.recency_of([f.ordinal for f in fused], MEMORY_KIND)
+
+        def info(o: int) -> tuple[float, bool]:
+            return known.get(o, (math.nan, False))
+    else:
+        created = snap.columns().numeric("created_at")
+        if created is None:
+            return fused
+        memory = snap.memory_mask() if rc.memories else None
+
+        def info(o: int) -> tuple[float, bool]:
+            when = float(created[o]) if o < len(created) else math.nan
+            return when, memory is not None and o < len(memory) and bool(memory[o])
+
+    out: list[Fused] = []
+    gained: dict[int, tuple[float, float]] = {}
+    for f in fused:
+        o = f.ordinal
+        when, is_memory = info(o)
+        is_memory = is_memory and rc.memories
+        if math.isnan(when) or not (rc.documents or is_memory):
+            out.append(f)
+            continue
+        age = max(0.0, (reference - when) / 86_400.0)
+        part = rc.weight * 0.5 ** (age / rc.half_life_days) / (rrf_k + 1)
+        gained[o] = (round(age, 3), part)
+        out.append(replace(f, score=f.score + part))
+    if not gained:
+        return fused
+    position = {f.ordinal: i for i, f in enumerate(fused)}
+    out.sort(key=lambda f: (-f.score, position[f.ordinal]))
+    return [
+        replace(
+            f,
+            contributions=(
+                *f.contributions,
+                Contribution(RECENCY, rank, gained[f.ordinal][0], gained[f.ordinal][1]),
+            ),
+        )
+        if f.ordinal in gained
+        else f
+        for rank, f in enumerate(out, start=1)
+    ]
+
+
+def epoch(value: Any, name: str) -> float | None:
+    """A time argument as epoch seconds: ISO 8601 text, a datetime (naive = UTC) or a number."""
+    import datetime as dt
+
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        when = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+        return when.timestamp()
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    if isinstance(value, str):
+        parsed = parse_time(value)
+        if parsed is not None:
+            return parsed
+    raise QueryError(
+        f"{name}={value!r} is not a time; allowed: ISO 8601 (e.g. 2026-03-01 or "
+        "2026-03-01T12:00:00Z), a datetime or epoch seconds"
+    )
