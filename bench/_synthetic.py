@@ -120,10 +120,10 @@ def build(
     batch_docs: int = 1000,
 ) -> dict[str, float]:
     """Write the synthetic store; returns timings (seconds) of its phases."""
+    from clew.backends.embedded.store import SQLiteStore
     from clew.ingest.analyze import ANALYZER_VERSION, analyze
     from clew.models.embedder import load_encoder
     from clew.protocols import DocumentRecord
-    from clew.store.sqlite import SQLiteStore
     from clew.types import Chunk, Concept, Document, Mention
 
     timings: dict[str, float] = {}

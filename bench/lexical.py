@@ -47,7 +47,7 @@ from _common import (
     wait_quiet,
     write_result,
 )
-from clew.index.lexical import BM25Index
+from clew.backends.embedded.lexical import BM25Index
 from clew.ingest.analyze import analyze
 
 Search = Callable[[Sequence[str], str | None], list[int]]

@@ -36,12 +36,12 @@ from psycopg import sql
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+from clew.backends.postgres.graph import PgGraph
+from clew.backends.postgres.schema import MIGRATIONS, dimension_ddl
 from clew.config import GraphConfig
 from clew.index.graph import GraphIndex
-from clew.index.pg_graph import PgGraph
 from clew.ingest.analyze import STOP_WORDS
 from clew.protocols import GraphRows
-from clew.store.pg_schema import MIGRATIONS, dimension_ddl
 from clew.testing.graphs import densified
 from clew.testing.pgserver import PgServer
 

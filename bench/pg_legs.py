@@ -31,12 +31,12 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from clew.backends.embedded.lexical import BM25Index
+from clew.backends.postgres.legs import PgLexical, PgVector
+from clew.backends.postgres.schema import MIGRATIONS, dimension_ddl
+from clew.backends.postgres.where import TRUE, compile_filter
 from clew.filters import parse_filter
-from clew.filters_sql import TRUE, compile_filter
-from clew.index.lexical import BM25Index
-from clew.index.pg_legs import PgLexical, PgVector
 from clew.ingest.analyze import analyze, query_terms
-from clew.store.pg_schema import MIGRATIONS, dimension_ddl
 from clew.testing.pgserver import PgServer
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"

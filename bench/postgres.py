@@ -16,10 +16,10 @@ from typing import Any
 
 from _common import Clock, Stats, log, parser, ratio, scifact_dir, table, uncached, write_result
 from clew import Engine
+from clew.backends.copy import copy_index
+from clew.backends.postgres.store import PostgresStore
 from clew.eval.datasets import load_dataset
 from clew.eval.runner import open_index
-from clew.store.migrate import copy_index
-from clew.store.postgres import PostgresStore
 from clew.testing.pgserver import PgServer
 
 PRESETS = ("default", "lexical", "dense", "graph")

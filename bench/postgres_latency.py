@@ -29,7 +29,7 @@ from _common import (
     write_result,
 )
 from clew import Engine
-from clew.retrieve.engine import display_target
+from clew.engine import display_target
 
 PRESETS = ("default", "lexical", "dense", "graph")
 FILTERS: dict[str, dict[str, Any] | None] = {"no filter": None, "tenant=t3 (10%)": {"tenant": "t3"}}

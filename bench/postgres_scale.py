@@ -31,8 +31,8 @@ from _common import (
     write_result,
 )
 from clew import Engine
-from clew.store.migrate import copy_index
-from clew.store.postgres import PostgresStore
+from clew.backends.copy import copy_index
+from clew.backends.postgres.store import PostgresStore
 from clew.testing.pgserver import PgServer
 
 PRESETS = ("default", "lexical", "dense", "graph")

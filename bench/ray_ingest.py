@@ -82,7 +82,7 @@ def snapshot(index: Path) -> tuple[list[Any], dict[str, np.ndarray]]:
 
 def snapshot_pg(url: str) -> tuple[list[Any], dict[str, np.ndarray]]:
     """:func:`snapshot` of an index in PostgreSQL."""
-    from clew.store.postgres import PostgresStore
+    from clew.backends.postgres.store import PostgresStore
 
     store = PostgresStore(url)
     try:

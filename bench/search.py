@@ -51,10 +51,10 @@ from _common import (
     write_result,
 )
 from clew import Engine
+from clew.backends.embedded.lexical import BM25Index
+from clew.backends.embedded.vector import VectorIndex
 from clew.filters import parse_filter, to_json
 from clew.index.graph import GraphIndex
-from clew.index.lexical import BM25Index
-from clew.index.vector import VectorIndex
 from clew.models.embedder import OnnxEncoder, load_encoder
 
 STAGES = ("filter", "route", "lexical", "dense", "embed", "graph", "legs", "fetch", "fuse", "total")

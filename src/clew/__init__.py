@@ -2,6 +2,7 @@
 
 from clew.compose.answer import Answer, Citation
 from clew.config import PRESETS, EngineConfig, preset_config
+from clew.engine import Engine
 from clew.errors import (
     ClewError,
     ConfigError,
@@ -16,7 +17,6 @@ from clew.errors import (
 from clew.filters import parse_filter
 from clew.ingest.analyze import ANALYZER_VERSION, analyze
 from clew.protocols import Encoder, RerankCandidate, Reranker, RerankScores
-from clew.retrieve.engine import Engine
 from clew.retrieve.run import Replay
 from clew.types import (
     Chunk,

@@ -352,15 +352,15 @@ def _print_ingest(report: Any, as_json: bool) -> int:
 
 def _migrate(args: argparse.Namespace) -> int:
     """Copy every document of one store into another, then build the target's indexes."""
-    from clew.retrieve.engine import Engine
-    from clew.store.migrate import copy_index
+    from clew.backends.copy import copy_index
+    from clew.engine import Engine
 
     def open_store(where: str, create: bool) -> Any:
         if where.startswith(("postgresql://", "postgres://")):
-            from clew.store.postgres import PostgresStore
+            from clew.backends.postgres.store import PostgresStore
 
             return PostgresStore(where, create=create)
-        from clew.store.sqlite import SQLiteStore
+        from clew.backends.embedded.store import SQLiteStore
 
         return SQLiteStore(where, create=create)
 
@@ -387,7 +387,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from clew.retrieve.engine import Engine
+    from clew.engine import Engine
 
     if args.command == "eval":
         return _eval(args)
@@ -552,7 +552,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from clew.eval.datasets import load_dataset
     from clew.eval.runner import open_index
-    from clew.eval.train import (
+    from clew.train.features import (
         abstention_evidence,
         calibrate,
         check_calibration,
@@ -623,7 +623,7 @@ def _train(args: argparse.Namespace) -> int:
             )
             print(f"feature weights written to {target}: {weights}")
             return 0
-        from clew.models.reranker import TrainExample, train_cross_encoder
+        from clew.models.cross_encoder import TrainExample, train_cross_encoder
 
         examples = [
             TrainExample(q, pos, neg)

@@ -31,7 +31,7 @@ from clew.types import Document
 
 if TYPE_CHECKING:
     from clew.config import IngestLimits
-    from clew.retrieve.engine import Engine
+    from clew.engine import Engine
 
 __all__ = [
     "MAX_MEMORY_CHARS",

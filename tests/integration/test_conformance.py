@@ -4,11 +4,11 @@ from pathlib import Path
 
 import numpy as np
 
+from clew.backends.embedded.lexical import BM25Index
+from clew.backends.embedded.store import SQLiteStore
+from clew.backends.embedded.vector import VectorIndex
 from clew.config import DenseConfig
-from clew.index.lexical import BM25Index
-from clew.index.vector import VectorIndex
 from clew.ingest.analyze import analyze
-from clew.store.sqlite import SQLiteStore
 from clew.testing.conformance import check_lexical_search, check_store, check_vector_search
 
 

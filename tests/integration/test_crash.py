@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from clew import Document
+from clew.backends.embedded.lexical import BM25Index
+from clew.backends.embedded.vector import VectorIndex
 from clew.index.files import read_manifest
 from clew.index.graph import GraphIndex
-from clew.index.lexical import BM25Index
-from clew.index.vector import VectorIndex
 from clew.testing.consistency import check_legs, check_store, make_corpus, write_corpus
 from clew.testing.ingest_child import open_engine
 
@@ -126,7 +126,8 @@ def check_index(index: Path, corpus: list[dict[str, Any]]) -> int:
 
 
 def _format(name: str) -> str:
-    from clew.index import graph, lexical, vector
+    from clew.backends.embedded import lexical, vector
+    from clew.index import graph
 
     return {"lexical": lexical.FORMAT, "vectors": vector.FORMAT, "graph": graph.FORMAT}[name]
 

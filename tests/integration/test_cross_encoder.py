@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from clew.errors import ModelError
-from clew.models.reranker import (
+from clew.models.cross_encoder import (
     CrossEncoderReranker,
     TrainExample,
     TrainReport,

@@ -27,14 +27,14 @@ import numpy as np
 import pytest
 
 from clew import Document
+from clew.backends.embedded.lexical import BM25Index
+from clew.backends.embedded.store import DB_NAME, SQLiteStore
+from clew.backends.embedded.vector import VectorIndex
 from clew.cli import main
 from clew.config import DenseConfig
 from clew.errors import StoreError
 from clew.index import files
 from clew.index.graph import GraphIndex
-from clew.index.lexical import BM25Index
-from clew.index.vector import VectorIndex
-from clew.store.sqlite import DB_NAME, SQLiteStore
 from clew.testing.consistency import make_corpus
 from clew.testing.ingest_child import open_engine
 

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 
 from clew import Document, Engine
+from clew.backends.embedded.store import DB_NAME
 from clew.config import ConceptConfig
 from clew.errors import StoreError
 from clew.ingest.concepts import ConceptExtractor
-from clew.store.sqlite import DB_NAME
 from clew.testing.consistency import check_legs, check_store, make_corpus
 from clew.testing.fakes import FakeHashEncoder
 from clew.testing.ingest_child import open_engine

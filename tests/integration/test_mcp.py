@@ -193,7 +193,7 @@ def test_bad_arguments_are_tool_errors_not_crashes(index: Path, tmp_path: Path) 
 
 def _audiences(index: Path) -> dict[str, str]:
     """doc id → audience of every document in the index, read directly from the store."""
-    from clew.store.sqlite import SQLiteStore
+    from clew.backends.embedded.store import SQLiteStore
 
     store = SQLiteStore(index)
     try:

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from clew import Engine
+from clew.backends.embedded.store import SQLiteStore
 from clew.config import ChunkConfig, ConceptConfig
 from clew.errors import ConfigError, LoadError
 from clew.ingest.concepts import ConceptExtractor
@@ -30,7 +31,6 @@ from clew.ingest.distributed import (
 )
 from clew.ingest.load import load_path
 from clew.ingest.pipeline import ingest
-from clew.store.sqlite import SQLiteStore
 from clew.testing.fakes import FakeHashEncoder
 from clew.types import IngestReport
 

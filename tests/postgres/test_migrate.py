@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from clew.backends.copy import copy_index
+from clew.backends.embedded.store import SQLiteStore
+from clew.backends.postgres.store import PostgresStore
 from clew.errors import StoreError
 from clew.protocols import DocumentRecord
-from clew.store.migrate import copy_index
-from clew.store.postgres import PostgresStore
-from clew.store.sqlite import SQLiteStore
 from clew.testing.conformance import make_record
 from clew.types import Concept, Mention
 

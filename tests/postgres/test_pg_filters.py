@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from clew.backends.postgres.schema import MIGRATIONS, dimension_ddl
+from clew.backends.postgres.where import TRUE, and_where, compile_filter
 from clew.filters import MetadataColumns, parse_filter
-from clew.filters_sql import TRUE, and_where, compile_filter
-from clew.store.pg_schema import MIGRATIONS, dimension_ddl
 
 
 @pytest.fixture

@@ -16,11 +16,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from clew.backends.postgres.graph import PgGraph
+from clew.backends.postgres.schema import MIGRATIONS, dimension_ddl
 from clew.config import GraphConfig
 from clew.index.graph import GraphIndex
-from clew.index.pg_graph import PgGraph
 from clew.protocols import GraphRows
-from clew.store.pg_schema import MIGRATIONS, dimension_ddl
 from clew.testing.graphs import densified
 from clew.types import GraphTrail
 

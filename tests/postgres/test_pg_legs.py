@@ -13,12 +13,12 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from clew.backends.embedded.lexical import BM25Index
+from clew.backends.postgres.legs import Connect, PgLexical, PgVector
+from clew.backends.postgres.schema import MIGRATIONS, dimension_ddl
+from clew.backends.postgres.where import TRUE, compile_filter
 from clew.filters import parse_filter
-from clew.filters_sql import TRUE, compile_filter
-from clew.index.lexical import BM25Index
-from clew.index.pg_legs import Connect, PgLexical, PgVector
 from clew.ingest.analyze import analyze
-from clew.store.pg_schema import MIGRATIONS, dimension_ddl
 from clew.testing.conformance import check_lexical_search, check_vector_search
 
 Row = tuple[int, Sequence[str], Sequence[float], dict[str, Any]]

@@ -11,12 +11,12 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from clew.backends.copy import copy_index
+from clew.backends.embedded.store import SQLiteStore
+from clew.backends.postgres.store import PostgresStore
 from clew.serve.api import create_app
 from clew.serve.auth import KeyStore
 from clew.serve.settings import ServeSettings
-from clew.store.migrate import copy_index
-from clew.store.postgres import PostgresStore
-from clew.store.sqlite import SQLiteStore
 from clew.testing.asgi import ApiClient
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-import clew.store.postgres as pg
+import clew.backends.postgres.store as pg
+from clew.backends.postgres.schema import MIGRATIONS
+from clew.backends.postgres.store import PostgresStore, document_time, split_url
 from clew.errors import IndexNotFoundError, StoreError
 from clew.protocols import DocumentRecord
-from clew.store.pg_schema import MIGRATIONS
-from clew.store.postgres import PostgresStore, document_time, split_url
 from clew.testing.conformance import check_store, make_record
 from clew.types import Concept, Mention
 

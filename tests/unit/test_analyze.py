@@ -74,7 +74,7 @@ def test_query_terms_weight_compound_parts() -> None:
 def test_weighted_bm25_query_ranks_exact_identifier_first() -> None:
     import numpy as np
 
-    from clew.index.lexical import BM25Index
+    from clew.backends.embedded.lexical import BM25Index
 
     idx = BM25Index()
     idx.add([(0, analyze("ERR-4412 ERR-4012 ERR-4102 errors")), (1, analyze("ERR-4413 in use"))])

@@ -21,11 +21,11 @@ from typing import Any
 
 from clew.compose.assemble import assemble
 from clew.config import EngineConfig, preset_config
+from clew.engine import Engine, display_target
 from clew.eval.datasets import Dataset
 from clew.eval.metrics import evaluate, mean_metrics, percentile
 from clew.ingest.analyze import ANALYZER_VERSION
 from clew.models.embedder import cache_dir
-from clew.retrieve.engine import Engine, display_target
 from clew.types import SearchResult
 
 METRICS: tuple[str, ...] = (

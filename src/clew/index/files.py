@@ -110,7 +110,8 @@ class Origin:
 
 
 class Source(Protocol):
-    """The store a derived index is checked against (:class:`clew.store.sqlite.SQLiteStore`)."""
+    """The store a derived index is checked against
+    (:class:`clew.backends.embedded.store.SQLiteStore`)."""
 
     @property
     def store_id(self) -> str | None: ...
@@ -215,7 +216,7 @@ def read_manifest(
         recorded = Origin.from_json(meta.get("origin"))
         if recorded is not None and recorded.release > source.release():
             # saved by another process after this reader pinned its release (a store that
-            # lost releases is refused on open: clew.store.sqlite)
+            # lost releases is refused on open: clew.backends.embedded.store)
             log.info("%s reflects a release newer than this reader's; not used", path)
             return None
         mismatch = _origin_mismatch(meta, source)

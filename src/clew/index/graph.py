@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
+from clew.backends.embedded.lexical import top_k
 from clew.config import GraphConfig
 from clew.filters import Mask
 from clew.index.files import (
@@ -38,7 +39,6 @@ from clew.index.files import (
     read_manifest,
     staged,
 )
-from clew.index.lexical import top_k
 from clew.ingest.analyze import STOP_WORDS, concept_key, words
 from clew.ingest.concepts import find_identifiers
 from clew.links import CONCEPT_PREFIX, split_link

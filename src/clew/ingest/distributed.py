@@ -66,7 +66,7 @@ from clew.protocols import DocumentRecord, Encoder
 from clew.types import Document, IngestReport, JSONValue
 
 if TYPE_CHECKING:
-    from clew.retrieve.engine import Engine
+    from clew.engine import Engine
 
 RAY_EXTRA = "ray[data]==2.60.0"
 OnError = Literal["report", "raise"]
@@ -543,7 +543,7 @@ def engine_ingest_ray(
     engine.store.check_writable()
     spec = engine_spec(engine, encoder_factory=encoder_factory, threads=threads)
     meta = json.loads(spec.fingerprint)
-    from clew.retrieve.engine import _INGEST_META
+    from clew.engine import _INGEST_META
 
     with engine._write_lock.hold():
         stored = {k: engine.store.get_meta(k) for k in _INGEST_META}

@@ -204,7 +204,7 @@ def build_reranker(config: RerankConfig) -> Reranker:
             return BlendReranker()
         return FeatureReranker(load_feature_model(config.model), name=f"features:{config.model}")
     if config.kind == "cross-encoder":
-        from clew.models.reranker import CrossEncoderReranker
+        from clew.models.cross_encoder import CrossEncoderReranker
 
         return CrossEncoderReranker(
             config.model, max_length=config.max_length or None, batch_size=config.batch_size

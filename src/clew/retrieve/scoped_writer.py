@@ -6,15 +6,15 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from clew.backends.embedded.store import SQLiteStore
 from clew.filters import parse_filter, to_json
 from clew.protocols import (
     DocumentRecord,
 )
 from clew.retrieve.snapshot import Snapshot
-from clew.store.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
-    from clew.store.postgres import PostgresStore
+    from clew.backends.postgres.store import PostgresStore
 
 
 class ScopedWriter:

@@ -11,15 +11,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from clew.backends.embedded.lexical import BM25Index
+from clew.backends.embedded.store import SQLiteStore
+from clew.backends.embedded.vector import VectorIndex
+from clew.backends.postgres.snapshot import ChunkKeys, SqlLegs
 from clew.filters import Mask, MetadataColumns, parse_filter
 from clew.index.graph import GraphIndex, GraphStats
-from clew.index.lexical import BM25Index
-from clew.index.vector import VectorIndex
-from clew.retrieve.sql_legs import ChunkKeys, SqlLegs
-from clew.store.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
-    from clew.store.postgres import PostgresStore
+    from clew.backends.postgres.store import PostgresStore
 
 
 MEMORY_KIND = "memory"
@@ -85,7 +85,7 @@ class ScopeStats:
     graph: GraphStats
     sql: Any = None
     """PostgreSQL: the scope as BM25's population in SQL, with its corpus statistics
-    (:meth:`clew.retrieve.sql_legs.SqlLegs.population`)."""
+    (:meth:`clew.backends.postgres.snapshot.SqlLegs.population`)."""
 
 
 @dataclass(slots=True)
@@ -98,7 +98,7 @@ class Snapshot:
     store: SQLiteStore | PostgresStore
     keys: Mapping[int, tuple[str, str]]
     """Ordinal → (chunk id, content hash), for fusion ties and dedup: every chunk in memory for
-    an embedded index; read on demand (:class:`~clew.retrieve.sql_legs.ChunkKeys`) for
+    an embedded index; read on demand (:class:`~clew.backends.postgres.snapshot.ChunkKeys`) for
     PostgreSQL."""
     _columns: MetadataColumns | None = None
     _masks: OrderedDict[str, Mask] = field(default_factory=OrderedDict)

@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse, Response
 
 from clew import __version__
 from clew.config import EngineConfig
+from clew.engine import Engine
 from clew.errors import (
     ClewError,
     ConfigError,
@@ -45,7 +46,6 @@ from clew.errors import (
 )
 from clew.eval.gate import check_gates, load_gates
 from clew.memory import RESERVED_KEYS
-from clew.retrieve.engine import Engine
 from clew.serve.auth import ANONYMOUS, KeyStore, Principal, WriteRefused
 from clew.serve.body import BodyLimit
 from clew.serve.dto import (

@@ -50,7 +50,7 @@ def run_service_command(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from clew.retrieve.engine import Engine, display_target
+    from clew.engine import Engine, display_target
     from clew.serve.api import create_app
 
     settings = settings_from(

@@ -56,9 +56,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clew.engine import Engine
 from clew.errors import ClewError
 from clew.filters import matches
-from clew.retrieve.engine import Engine
 from clew.types import Document, IngestReport
 
 __all__ = [

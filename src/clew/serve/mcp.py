@@ -47,7 +47,7 @@ from clew.memory import forget as forget_memory
 from clew.serve.auth import ANONYMOUS, KeyStore, Principal, WriteRefused, scope_fields
 
 if TYPE_CHECKING:
-    from clew.retrieve.engine import Engine
+    from clew.engine import Engine
 
 __all__ = ["build_server", "main", "visible"]
 
@@ -388,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
     from clew.config import EngineConfig
-    from clew.retrieve.engine import Engine, display_target
+    from clew.engine import Engine, display_target
 
     try:
         principal, access_fields = _principal(args)

@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from clew.backends.embedded.store import DB_NAME
 from clew.config import EngineConfig, FusionConfig, RouterConfig, TraceConfig
+from clew.engine import Engine
 from clew.ingest.analyze import analyze
-from clew.retrieve.engine import Engine
-from clew.store.sqlite import DB_NAME
 
 _LETTERS = "bcfhjkmpqrtvwxz"
 """Letters no English suffix rule touches, so made-up words survive the analyzer whole."""

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from clew.config import ConceptConfig
+from clew.engine import Engine
 from clew.errors import StoreError
 from clew.ingest.concepts import ConceptExtractor
-from clew.retrieve.engine import Engine
 from clew.testing.fakes import FakeHashEncoder
 from clew.types import Document
 
@@ -88,7 +88,11 @@ def _install_hold(engine: Engine, point: str) -> None:
         _hold("publish")
         publish(directory, name, stamp, meta)
 
-    for module in ("clew.index.lexical", "clew.index.vector", "clew.index.graph"):
+    for module in (
+        "clew.backends.embedded.lexical",
+        "clew.backends.embedded.vector",
+        "clew.index.graph",
+    ):
         setattr(sys.modules[module], "publish", hold_before_publish)  # noqa: B010
 
 

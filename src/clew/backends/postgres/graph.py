@@ -1,7 +1,8 @@
 """The graph leg over PostgreSQL: the same concepts, hops, scores and trails as
 :class:`clew.index.graph.GraphIndex`, computed in the database.
 
-Tables (:mod:`clew.store.pg_schema`): ``concepts``, ``mentions`` (chunk ↔ concept edges, weight
+Tables (:mod:`clew.backends.postgres.schema`): ``concepts``, ``mentions`` (chunk ↔ concept edges,
+weight
 ``1 + ln(count)``), ``chunks`` (the access filter is a predicate over ``chunks`` aliased ``c``)
 and, for PageRank only, ``links``.
 

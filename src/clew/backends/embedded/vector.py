@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from clew.backends.embedded.lexical import top_k
 from clew.config import DenseConfig
 from clew.filters import Mask
 from clew.index.files import (
@@ -29,7 +30,6 @@ from clew.index.files import (
     read_manifest,
     staged,
 )
-from clew.index.lexical import top_k
 from clew.types import LegHit
 
 FORMAT = "clew-vectors/1"

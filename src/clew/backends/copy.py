@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from clew.backends.embedded.store import SQLiteStore
+from clew.backends.postgres.store import PostgresStore
+from clew.backends.records import assemble_records
 from clew.errors import StoreError
 from clew.protocols import DocumentRecord
-from clew.store.postgres import PostgresStore
-from clew.store.records import assemble_records
-from clew.store.sqlite import SQLiteStore
 from clew.types import Concept, Mention
 
 AnyStore = SQLiteStore | PostgresStore

@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from clew.backends.embedded.lexical import BM25Index
+from clew.backends.embedded.store import SQLiteStore
+from clew.backends.embedded.vector import VectorIndex
+from clew.backends.postgres.snapshot import ChunkKeys, SqlLegs
 from clew.config import EmbedderConfig, EngineConfig, preset_config
 from clew.errors import ConfigError, QueryError, StoreError
 from clew.filters import Mask, matches, parse_filter, parse_time, to_json
 from clew.index.graph import GraphIndex, LinkedConcept
-from clew.index.lexical import BM25Index
-from clew.index.vector import VectorIndex
 from clew.ingest.analyze import ANALYZER_VERSION, analyze, query_terms
 from clew.ingest.chunk import Chunker
 from clew.ingest.concepts import ConceptExtractor
@@ -55,8 +57,6 @@ from clew.retrieve.snapshot import (
     ScopeStats,
     Snapshot,
 )
-from clew.retrieve.sql_legs import ChunkKeys, SqlLegs
-from clew.store.sqlite import SQLiteStore
 from clew.types import (
     Document,
     Hit,
@@ -69,8 +69,8 @@ from clew.types import (
 )
 
 if TYPE_CHECKING:
+    from clew.backends.postgres.store import PostgresStore
     from clew.compose.answer import Answer, Calibration
-    from clew.store.postgres import PostgresStore
     from clew.trace import TraceStore
 
 log = logging.getLogger(__name__)
@@ -125,8 +125,8 @@ class Engine:
         ``read_only``: never write (an index whose directory this process cannot write opens
         read-only by itself: ``engine.store.read_only``). ``write_timeout``: seconds an ingest or
         delete waits for another writer (thread or process) to finish before it fails with a
-        :class:`StoreError` naming that writer; see :mod:`clew.store.lock`."""
-        from clew.store.lock import WriteLock
+        :class:`StoreError` naming that writer; see :mod:`clew.backends.embedded.lock`."""
+        from clew.backends.embedded.lock import WriteLock
 
         self.config = config or EngineConfig()
         self.url: str | None = None
@@ -134,7 +134,7 @@ class Engine:
         local folder for traces and caches)."""
         self.store: SQLiteStore | PostgresStore
         if _is_url(directory):
-            from clew.store.postgres import PostgresStore
+            from clew.backends.postgres.store import PostgresStore
 
             self.url = str(directory)
             self.store = PostgresStore(self.url, create=create, read_only=read_only, pool_size=8)
@@ -277,7 +277,8 @@ class Engine:
         resolves names against concepts its scope can see only, so what a write links to never
         depends on (or reveals) documents outside the scope.
 
-        One writer at a time: the write lock (:mod:`clew.store.lock`) is held from the first
+        One writer at a time: the write lock (:mod:`clew.backends.embedded.lock`) is held from the
+        first
         store read to the last derived-index save; waiting longer than ``write_timeout`` for
         another writer is a :class:`StoreError`, and so is a read-only index or a failed write
         (disk full): each store batch is one transaction, so a failure leaves earlier batches
@@ -466,9 +467,9 @@ class Engine:
     def _sync_sql(self) -> Snapshot:
         """A snapshot of a PostgreSQL store: the release and its live chunks. The legs run in
         the database; no derived index is copied into memory (the graph is loaded by the graph
-        leg when a query first needs it, see :mod:`clew.retrieve.sql_legs`)."""
-        from clew.index.pg_graph import PgGraph
-        from clew.store.postgres import PostgresStore
+        leg when a query first needs it, see :mod:`clew.backends.postgres.snapshot`)."""
+        from clew.backends.postgres.graph import PgGraph
+        from clew.backends.postgres.store import PostgresStore
 
         store = self.store
         assert isinstance(store, PostgresStore)

@@ -1,7 +1,9 @@
-"""The PostgreSQL system of record: the same contract as :class:`~clew.store.sqlite.SQLiteStore`.
+"""The PostgreSQL system of record: the same contract as
+:class:`~clew.backends.embedded.store.SQLiteStore`.
 
 One clew index is one PostgreSQL schema (``clew`` unless ``schema=`` or a ``schema`` query
-parameter in the URL says otherwise); its tables are defined by :mod:`clew.store.pg_schema`.
+parameter in the URL says otherwise); its tables are defined by
+:mod:`clew.backends.postgres.schema`.
 A write batch is one transaction under an advisory lock per schema, so concurrent writers (threads
 or processes) are serialized and releases stay monotonic; a failed write leaves the previous
 release intact and is a :class:`StoreError` naming the index and the cause. Serialization
@@ -41,11 +43,11 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
+from clew.backends.postgres.schema import EXTENSIONS, MIGRATIONS, MIN_VERSIONS, dimension_ddl
+from clew.backends.records import assemble_records
 from clew.errors import IndexNotFoundError, StoreError
 from clew.filters import parse_time
 from clew.protocols import ChunkRow, DocumentRecord, GraphRows, Matrix
-from clew.store.pg_schema import EXTENSIONS, MIGRATIONS, MIN_VERSIONS, dimension_ddl
-from clew.store.records import assemble_records
 from clew.types import Concept, Mention
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ SQL predicate, validates filter fields, and answers the per-candidate questions 
 stages (BM25 and idf of a few chunks, their vectors, recency, visibility) with one query each.
 Nothing here scales with the corpus in memory except the graph, which is loaded once per graph
 state and only when a query walks it (PageRank, expansion, feature reranking:
-:meth:`clew.index.pg_graph.PgGraph.index`).
+:meth:`clew.backends.postgres.graph.PgGraph.index`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from clew.filters import Eq, Mask, Node, fields_of
 if TYPE_CHECKING:
     from psycopg import sql
 
-    from clew.index.pg_legs import CorpusStats, Population
-    from clew.store.postgres import PostgresStore
+    from clew.backends.postgres.legs import CorpusStats, Population
+    from clew.backends.postgres.store import PostgresStore
 
 __all__ = ["ChunkKeys", "SqlLegs"]
 
@@ -86,12 +86,13 @@ class ChunkKeys(Mapping[int, tuple[str, str]]):
 
 class SqlLegs:
     """The three legs of a PostgreSQL store for one snapshot, run in the database with the
-    filter compiled to one SQL predicate (:mod:`clew.filters_sql`), and the per-candidate
+    filter compiled to one SQL predicate (:mod:`clew.backends.postgres.where`), and the
+    per-candidate
     lookups of the later stages. Document frequencies and corpus statistics are cached for the
     snapshot's release."""
 
     def __init__(self, store: PostgresStore, release: int, dense: DenseConfig, graph: Any) -> None:
-        from clew.index.pg_legs import PgLexical, PgVector
+        from clew.backends.postgres.legs import PgLexical, PgVector
 
         self.store = store
         self.release = release
@@ -103,7 +104,7 @@ class SqlLegs:
             exact_max_allowed=max(dense.exact_max_allowed, dense.hnsw_min_chunks - 1),
         )
         self.graph = graph
-        """The engine's :class:`~clew.index.pg_graph.PgGraph` (shared across snapshots: its
+        """The engine's :class:`~clew.backends.postgres.graph.PgGraph` (shared across snapshots: its
         in-memory graph is keyed by the graph state, not the release)."""
         with store.connection() as conn:
             self.stats = PgLexical.corpus_stats(conn)
@@ -117,7 +118,7 @@ class SqlLegs:
     def where(filter_node: Any, scope_node: Any, exclude_docs: Sequence[str] = ()) -> Any:
         from psycopg import sql
 
-        from clew.filters_sql import and_where, compile_filter
+        from clew.backends.postgres.where import and_where, compile_filter
 
         parts = [compile_filter(filter_node), compile_filter(scope_node)]
         if exclude_docs:
@@ -155,8 +156,8 @@ class SqlLegs:
         columns count; one with a live chunk in scope otherwise). Cached for this release."""
         from psycopg import sql
 
+        from clew.backends.postgres.where import compile_filter
         from clew.filters import to_json
-        from clew.filters_sql import compile_filter
 
         key = f"{to_json(scope)}\x00{wanted}"
         with self._lock:
@@ -210,7 +211,7 @@ class SqlLegs:
         """(created_at as epoch seconds or NaN, whether a memory) of each given chunk."""
         from psycopg import sql
 
-        from clew.filters_sql import compile_filter
+        from clew.backends.postgres.where import compile_filter
 
         wanted = sorted({int(o) for o in ordinals})
         if not wanted:
@@ -232,7 +233,7 @@ class SqlLegs:
         """Whether every given chunk exists and passes the scope."""
         from psycopg import sql
 
-        from clew.filters_sql import compile_filter
+        from clew.backends.postgres.where import compile_filter
 
         wanted = sorted({int(o) for o in ordinals})
         if scope is None or not wanted:
@@ -296,7 +297,7 @@ class SqlLegs:
     def population(self, key: str, where: sql.Composable) -> tuple[Population, CorpusStats]:
         """A caller's scope as the population of BM25's statistics, with its chunk count and
         total length (one scan per scope and release; ``key`` names the predicate)."""
-        from clew.index.pg_legs import PgLexical, Population
+        from clew.backends.postgres.legs import PgLexical, Population
 
         with self._lock:
             cached = self._populations.get(key)

@@ -1,7 +1,8 @@
 """The lexical and dense legs in PostgreSQL: BM25 through pg_search, HNSW through pgvector.
 
 Both take the access filter as a compiled predicate over ``chunks AS c``
-(:func:`clew.filters_sql.compile_filter`) and apply it inside the query, before the top-k, so a
+(:func:`clew.backends.postgres.where.compile_filter`) and apply it inside the query, before the
+top-k, so a
 hidden chunk never enters a candidate list, like the embedded legs' masks.
 
 BM25 parameters. pg_search 0.21 scores with tantivy's fixed ``k1 = 1.2, b = 0.75`` and
@@ -22,7 +23,8 @@ three scorings:
   pass (else the filter goes to pg_search after all).
 - ``"exact"``: pg_search finds every allowed chunk holding a query term, and the embedded
   index's BM25 is computed in SQL from the tokens of all of them. Same scores as
-  :class:`clew.index.lexical.BM25Index` up to float rounding, always; cost grows with the number
+  :class:`clew.backends.embedded.lexical.BM25Index` up to float rounding, always; cost grows with
+  the number
   of allowed chunks that hold any query term (seconds at 100k chunks for common terms).
 - ``"native"``: ``paradedb.score`` with per-term boosts, tantivy's top-k. Fastest, but
   ``k1``/``b`` are tantivy's, not the engine's (``bench/pg_legs.py`` measures the overlap).
@@ -228,7 +230,8 @@ class PgLexical:
     def idf(
         self, terms: Sequence[str], stats: CorpusStats, within: Population | None = None
     ) -> dict[str, float]:
-        """BM25 idf of each term, as :meth:`clew.index.lexical.BM25Index.idf` (df 0: highest);
+        """BM25 idf of each term, as :meth:`clew.backends.embedded.lexical.BM25Index.idf` (df 0:
+        highest);
         ``within`` as in :meth:`doc_freqs` (then ``stats`` are that population's)."""
         usable = [t for t in terms if t and "\x00" not in t]
         with self.connect() as conn:

@@ -5,7 +5,7 @@ examples with clew's own retriever: hard negatives are the non-relevant chunks t
 pipeline ranks highest for a query, so a reranker learns to fix the retriever's real mistakes.
 
 - :func:`mine_examples` → (query, relevant chunk texts, hard-negative texts) per query, the
-  input of :func:`clew.models.reranker.train_cross_encoder`.
+  input of :func:`clew.models.cross_encoder.train_cross_encoder`.
 - :func:`train_features` → logistic-regression weights for the feature reranker.
 - :func:`calibrate` → the abstention calibration: each query once as is (answerable) and once
   with its relevant documents hidden (unanswerable: nearby but wrong evidence remains).
@@ -22,10 +22,10 @@ import numpy as np
 
 from clew.compose.answer import Calibration, fit_calibration
 from clew.config import EngineConfig
+from clew.engine import Engine
 from clew.eval.datasets import Dataset, EvalQuery
+from clew.models.cross_encoder import passage_text
 from clew.models.logistic import LogisticModel, fit_logistic
-from clew.models.reranker import passage_text
-from clew.retrieve.engine import Engine
 from clew.retrieve.rerank import FEATURES
 
 

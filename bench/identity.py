@@ -1,0 +1,113 @@
+"""Bit-identical retrieval across a change: TREC run files before and after, compared byte for byte.
+
+``run`` writes, for each dataset, the TREC run file of every ablation row (``clew eval --ablate``,
+plus ``+rerank-features`` with the committed SciFact feature model) into ``OUT/<dataset>/``. Each
+checkout builds its own index (``OUT/<dataset>/index``), so ingest is compared too, not only search.
+``compare`` says, file by file, whether two such directories are byte-identical and exits 1 on the
+first difference (with the first differing line).
+
+Typical use, the old commit in a worktree and this checkout side by side::
+
+    git worktree add ../clew-before <old-commit>
+    PYTHONPATH=../clew-before/src python bench/identity.py run --out bench/.work/identity/before
+    python bench/identity.py run --out bench/.work/identity/after
+    python bench/identity.py compare bench/.work/identity/before bench/.work/identity/after
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+DATASETS = ("scifact", "nfcorpus", "musique-migres200", "hotpotqa-migres200")
+FEATURES = ROOT / "eval" / "features-scifact.json"
+
+
+def run(out: Path, datasets: list[str], data: Path, limit: int | None) -> int:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    for name in datasets:
+        target = out / name
+        target.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "clew",
+            "eval",
+            "--dataset",
+            str(data / name),
+            "--index",
+            str(target / "index"),
+            "--ablate",
+            "--feature-model",
+            str(FEATURES),
+            "--run-out",
+            str(target / "run.trec"),
+            "--no-progress",
+        ]
+        if limit is not None:
+            cmd += ["--limit", str(limit)]
+        start = time.perf_counter()
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        took = time.perf_counter() - start
+        (target / "table.txt").write_text(done.stdout, encoding="utf-8")
+        if done.returncode != 0:
+            print(done.stderr, file=sys.stderr)
+            print(f"{name}: clew eval failed (exit {done.returncode})", file=sys.stderr)
+            return 1
+        files = sorted(p.name for p in target.glob("run.*.trec"))
+        print(f"{name}: {len(files)} run files in {took:.0f} s")
+    return 0
+
+
+def compare(before: Path, after: Path) -> int:
+    left = sorted(p.relative_to(before) for p in before.glob("*/run*.trec"))
+    right = sorted(p.relative_to(after) for p in after.glob("*/run*.trec"))
+    if not left:
+        print(f"no run files under {before}", file=sys.stderr)
+        return 1
+    if left != right:
+        print(f"different file sets: {sorted(set(left) ^ set(right))}", file=sys.stderr)
+        return 1
+    bad = 0
+    for rel in left:
+        a = (before / rel).read_bytes()
+        b = (after / rel).read_bytes()
+        if a == b:
+            print(f"identical  {rel}  ({len(a.splitlines())} lines)")
+            continue
+        bad += 1
+        for i, (x, y) in enumerate(zip(a.splitlines(), b.splitlines(), strict=False), 1):
+            if x != y:
+                print(f"DIFFERENT  {rel}  line {i}:\n  - {x.decode()}\n  + {y.decode()}")
+                break
+        else:
+            print(f"DIFFERENT  {rel}  (lengths {len(a)} vs {len(b)} bytes)")
+    print(f"{len(left) - bad}/{len(left)} run files byte-identical")
+    return 1 if bad else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="write the run files of this checkout")
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--datasets", nargs="+", default=list(DATASETS))
+    r.add_argument("--data", type=Path, default=DATA)
+    r.add_argument("--limit", type=int, default=None)
+    c = sub.add_parser("compare", help="byte-compare two run directories")
+    c.add_argument("before", type=Path)
+    c.add_argument("after", type=Path)
+    args = ap.parse_args()
+    if args.cmd == "run":
+        return run(args.out, args.datasets, args.data, args.limit)
+    return compare(args.before, args.after)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Storage backends behind one seam (:class:`clew.protocols.Backend`)."""

@@ -1,0 +1,1 @@
+"""Training and export: cross-encoder fine-tuning, feature weights, calibration."""
