@@ -17,7 +17,7 @@ from clew.errors import (
 from clew.filters import parse_filter
 from clew.ingest.analyze import ANALYZER_VERSION, analyze
 from clew.protocols import Encoder, RerankCandidate, Reranker, RerankScores
-from clew.retrieve.run import Replay
+from clew.retrieve.run import Answered, Replay, Run
 from clew.types import (
     Chunk,
     Concept,
@@ -40,6 +40,7 @@ __all__ = [
     "ANALYZER_VERSION",
     "PRESETS",
     "Answer",
+    "Answered",
     "Chunk",
     "Citation",
     "ClewError",
@@ -68,6 +69,7 @@ __all__ = [
     "RerankStatus",
     "Reranker",
     "Route",
+    "Run",
     "SearchResult",
     "StoreError",
     "__version__",

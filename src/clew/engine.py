@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -48,7 +48,7 @@ from clew.retrieve.fuse import Fused, dedup, rrf
 from clew.retrieve.recency import apply_recency, epoch, without_memory_recency
 from clew.retrieve.rerank import build_reranker, leg_features, recency, rerank
 from clew.retrieve.route import route
-from clew.retrieve.run import BrokenReranker, Replay, Run, elapsed_ms, to_hit
+from clew.retrieve.run import Answered, BrokenReranker, Replay, Run, elapsed_ms, to_hit
 from clew.retrieve.scoped_writer import ScopedWriter
 from clew.retrieve.snapshot import (
     MEMORY_KIND,
@@ -347,6 +347,72 @@ class Engine:
                 return
             with self._rw.writing():
                 self._snapshot = self._sync(release)
+
+    def snapshot(self) -> AbstractContextManager[Snapshot]:
+        """Pin one release for a block: every search, ask and lookup inside it reads the same
+        snapshot of the index, however many writes land meanwhile (re-entrant per thread)::
+
+            with engine.snapshot() as snap:
+                layout = snap.graph.layout()
+                result = engine.search("...")   # the same release as ``snap``
+        """
+        return self._reading()
+
+    def retrieve(
+        self,
+        query: str,
+        *,
+        k: int | None = None,
+        filter: Any = None,
+        preset: str | None = None,
+        config: EngineConfig | None = None,
+        scope: Any = None,
+        exclude_docs: Sequence[str] = (),
+        as_of: float | None = None,
+    ) -> Run:
+        """Every retrieval stage, uncached and untraced, with the intermediate lists kept: the
+        route, each leg's list, the fused, expanded and reranked pools, the feature values and
+        the hits (``run.result()`` is what :meth:`search` returns). ``exclude_docs`` hides whole
+        documents as a filter would (calibration uses it to make queries whose evidence is
+        absent). For evaluation, training and benchmarks; applications call :meth:`search`."""
+        with self._reading():
+            return self._retrieve(
+                query,
+                k=k,
+                filter=filter,
+                preset=preset,
+                config=config,
+                exclude_docs=exclude_docs,
+                scope=scope,
+                as_of=as_of,
+            )
+
+    def answer(
+        self,
+        question: str,
+        *,
+        k: int | None = None,
+        filter: Any = None,
+        preset: str | None = None,
+        config: EngineConfig | None = None,
+        scope: Any = None,
+        exclude_docs: Sequence[str] = (),
+        as_of: float | None = None,
+    ) -> Answered:
+        """:meth:`ask` uncached and untraced, with its retrieval run and what its trace adds
+        (``exclude_docs`` as in :meth:`retrieve`)."""
+        with self._reading():
+            answer, run, extra = self._ask(
+                question,
+                k=k,
+                filter=filter,
+                preset=preset,
+                config=config,
+                exclude_docs=exclude_docs,
+                scope=scope,
+                as_of=as_of,
+            )
+        return Answered(answer, run, extra)
 
     @contextmanager
     def _reading(self) -> Iterator[Snapshot]:

@@ -29,7 +29,7 @@ from clew.types import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from clew.compose.answer import Answer
 
 
 @dataclass(slots=True)
@@ -149,6 +149,16 @@ class Replay:
     @property
     def identical(self) -> bool:
         return not self.differences
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """An answer with the retrieval run behind it and what its trace adds
+    (:meth:`clew.Engine.answer`)."""
+
+    answer: Answer
+    run: Run
+    trace: Mapping[str, Any]
 
 
 TRACE_FORMAT = "clew-trace/1"
