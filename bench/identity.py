@@ -65,9 +65,12 @@ def run(out: Path, datasets: list[str], data: Path, limit: int | None) -> int:
     return 0
 
 
-def compare(before: Path, after: Path) -> int:
-    left = sorted(p.relative_to(before) for p in before.glob("*/run*.trec"))
-    right = sorted(p.relative_to(after) for p in after.glob("*/run*.trec"))
+def compare(before: Path, after: Path, datasets: list[str] | None = None) -> int:
+    def runs(root: Path) -> list[Path]:
+        found = sorted(p.relative_to(root) for p in root.glob("*/run*.trec"))
+        return [p for p in found if datasets is None or p.parts[0] in datasets]
+
+    left, right = runs(before), runs(after)
     if not left:
         print(f"no run files under {before}", file=sys.stderr)
         return 1
@@ -103,10 +106,11 @@ def main() -> int:
     c = sub.add_parser("compare", help="byte-compare two run directories")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
+    c.add_argument("--datasets", nargs="+", default=None, help="only these (default: all)")
     args = ap.parse_args()
     if args.cmd == "run":
         return run(args.out, args.datasets, args.data, args.limit)
-    return compare(args.before, args.after)
+    return compare(args.before, args.after, args.datasets)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from _common import WORK_DIR, Clock, Stats, log, parser, table, uncached, write_
 from clew import Engine
 from clew.config import ConceptConfig
 from clew.ingest.concepts import ConceptExtractor
-from clew.memory import load_transcript
+from clew.ingest.transcript import load_transcript
 from clew.testing.fakes import FakeHashEncoder
 
 SERVICES = ["pgbouncer", "ledger-writer", "payments-gateway", "fraud-scorer", "webhook-relay"]

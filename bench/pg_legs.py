@@ -32,8 +32,9 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from clew.backends.embedded.lexical import BM25Index
-from clew.backends.postgres.legs import PgLexical, PgVector
+from clew.backends.postgres.lexical import PgLexical
 from clew.backends.postgres.schema import MIGRATIONS, dimension_ddl
+from clew.backends.postgres.vector import PgVector
 from clew.backends.postgres.where import TRUE, compile_filter
 from clew.filters import parse_filter
 from clew.ingest.analyze import analyze, query_terms

@@ -74,8 +74,8 @@ def exact_dense(engine: Engine, query: str, flt: Any, k: int = 10) -> set[str]:
 
     import numpy as np
 
-    snap = engine._snap()
-    matrix = snap.vector.matrix
+    snap = engine.snapshot()
+    matrix = snap.vector_index.matrix
     scores = matrix @ np.asarray(engine.encoder.encode([query])[0], dtype=np.float32)
     allowed = snap.allowed(None if flt is None else json.dumps(flt, sort_keys=True))
     scores[~allowed[: len(scores)]] = -np.inf

@@ -64,7 +64,7 @@ def main() -> None:
     queries = queries[: args.queries]
 
     cold_rows = []
-    snap = engine.snapshot() if hasattr(engine, "snapshot") else engine._snap()
+    snap = engine.snapshot()
     for name, scope in SCOPES.items():
         if scope is None:
             continue

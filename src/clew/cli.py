@@ -402,7 +402,7 @@ def _run(args: argparse.Namespace) -> int:
     config = _config(args)
     if args.command == "ingest":
         from clew.ingest.load import load_path
-        from clew.memory import is_transcript, load_transcript
+        from clew.ingest.transcript import is_transcript, load_transcript
 
         limits = config.ingest
         if args.ray:
@@ -552,14 +552,13 @@ def _train(args: argparse.Namespace) -> int:
 
     from clew.eval.datasets import load_dataset
     from clew.eval.runner import open_index
-    from clew.train.features import (
+    from clew.train.calibrate import (
         abstention_evidence,
         calibrate,
         check_calibration,
-        mine_examples,
-        train_features,
         unrelated_evidence,
     )
+    from clew.train.features import mine_examples, train_features
 
     dataset = load_dataset(args.dataset, args.split)
     if args.limit is not None:
@@ -623,7 +622,7 @@ def _train(args: argparse.Namespace) -> int:
             )
             print(f"feature weights written to {target}: {weights}")
             return 0
-        from clew.models.cross_encoder import TrainExample, train_cross_encoder
+        from clew.train.cross_encoder import TrainExample, train_cross_encoder
 
         examples = [
             TrainExample(q, pos, neg)

@@ -120,7 +120,7 @@ class _Parser:
     def object(self, spec: Mapping[str, Any], where: str, depth: int) -> Node:
         if depth > MAX_DEPTH:
             raise FilterError(
-                f"{_clip(where, 200)}: filter is nested deeper than {MAX_DEPTH} levels; "
+                f"{clip_text(where, 200)}: filter is nested deeper than {MAX_DEPTH} levels; "
                 f"allowed: at most {MAX_DEPTH}"
             )
         if not spec:
@@ -128,7 +128,7 @@ class _Parser:
         if len(spec) > 1:
             self._count(where)
         parts = [
-            self.key(str(k), v, f"{where}.{_clip(str(k), 60)}", depth) for k, v in spec.items()
+            self.key(str(k), v, f"{where}.{clip_text(str(k), 60)}", depth) for k, v in spec.items()
         ]
         return parts[0] if len(parts) == 1 else And(tuple(parts))
 
@@ -156,10 +156,10 @@ def _short(value: Any, limit: int = 60) -> str:
         text = repr(value)
     except (RecursionError, ValueError):  # too deep, or an int with too many digits
         text = f"<{type(value).__name__}>"
-    return _clip(text, limit)
+    return clip_text(text, limit)
 
 
-def _clip(text: str, limit: int) -> str:
+def clip_text(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -177,7 +177,7 @@ def _condition(key: str, value: Any, where: str) -> Node:
     if isinstance(value, Mapping):
         bad = sorted(str(op) for op in set(value) - set(_RANGE_OPS))
         if bad or not value:
-            shown = [_clip(op, 20) for op in bad[:5]]
+            shown = [clip_text(op, 20) for op in bad[:5]]
             raise FilterError(
                 f"{where}: unknown range operator(s) {shown or '(none)'}; allowed: "
                 f"{', '.join(_RANGE_OPS)}"
@@ -216,7 +216,7 @@ def parse_time(value: str) -> float | None:
 
 def _to_number(value: Any, where: str) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
-        number = _finite(value)
+        number = finite_float(value)
         if number is not None:
             return number
     if isinstance(value, str):
@@ -229,7 +229,7 @@ def _to_number(value: Any, where: str) -> float:
     )
 
 
-def _finite(value: int | float) -> float | None:
+def finite_float(value: int | float) -> float | None:
     """``value`` as a finite float, or None (NaN, infinities, integers beyond float range)."""
     try:
         number = float(value)
@@ -268,7 +268,7 @@ def _canon(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     if isinstance(value, int | float):
-        number = _finite(value)
+        number = finite_float(value)
         if number is not None:
             return repr(number)
         # NaN, an infinity or an integer beyond float range: a key of its own (hex is never
@@ -349,7 +349,7 @@ class MetadataColumns:
         if unknown and strict:
             known = sorted(fields)
             more = f" and {len(known) - 50} more" if len(known) > 50 else ""
-            shown = [_clip(f, 40) for f in unknown[:10]]
+            shown = [clip_text(f, 40) for f in unknown[:10]]
             raise FilterError(
                 f"filter field(s) {shown}{' …' if len(unknown) > 10 else ''} appear in no "
                 f"document; known fields: {', '.join(known[:50]) or '(none)'}{more}"
@@ -395,7 +395,7 @@ def _number_of(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return _finite(value)
+        return finite_float(value)
     if isinstance(value, str):
         return parse_time(value)
     return None

@@ -20,27 +20,28 @@ import datetime as dt
 import hashlib
 import json
 import math
-from collections.abc import Mapping
-from dataclasses import replace
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from clew.errors import LoadError, QueryError
+from clew.errors import QueryError
+from clew.filters import parse_filter, parse_time, to_json
 from clew.links import CONCEPT_PREFIX, RELATION_RE, relation_link, split_link
 from clew.types import Document
 
 if TYPE_CHECKING:
-    from clew.config import IngestLimits
-    from clew.engine import Engine
+    pass
 
 __all__ = [
     "MAX_MEMORY_CHARS",
     "MEMORY_KIND",
     "MEMORY_SOURCE",
     "RESERVED_KEYS",
-    "forget",
+    "check_targets",
+    "epoch",
     "memory_document",
-    "remember",
+    "memory_id",
+    "recall_window",
+    "relation_targets",
 ]
 
 MAX_MEMORY_CHARS = 100_000
@@ -89,66 +90,89 @@ def memory_document(
     )
 
 
-def remember(
-    engine: Engine,
-    text: str,
-    *,
-    session: str | None = None,
-    timestamp: str | dt.datetime | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    stamp: Mapping[str, Any] | None = None,
-    relations: Any = (),
-    scope: Any = None,
-) -> str:
-    """Store ``text`` as a memory document and return its id.
-
-    ``relations``: ``(relation, target)`` pairs (or ``{"type", "target"}`` objects) to other
-    memories or documents by id, or to concepts as ``concept:NAME``: ``caused_by``,
-    ``related_to``, ``follows`` or any lower-case name. They become typed graph edges
-    (``CAUSED_BY``) that graph expansion walks and explanations show.
-
-    ``timestamp``: ISO 8601 text or a datetime (naive = UTC); None = now. ``metadata``: extra
-    JSON fields (not ``kind``, ``session`` or ``created_at``). ``stamp``: fields written last,
-    over ``metadata`` (a principal's :meth:`~clew.serve.auth.Principal.stamp`). ``scope``: the
-    writer's access filter: relation targets must be visible in it (a target outside it is
-    "not in the index", as a missing one) and entity resolution sees only concepts inside it.
-    Invalid arguments raise :class:`~clew.errors.QueryError` naming the value and what is allowed.
-    """
-    doc = memory_document(
-        text,
-        session=session,
-        timestamp=timestamp,
-        metadata=metadata,
-        stamp=stamp,
-        relations=relations,
-    )
-    if scope is None and stamp:
-        scope = dict(stamp)
+def relation_targets(doc: Document) -> list[str]:
+    """The memory and document ids a memory's relations point at (``concept:`` targets are
+    names, not ids: they are left out). The writer checks each exists in its scope."""
+    targets = []
     for raw in doc.links:
         _, target = split_link(raw)
-        if target.startswith(CONCEPT_PREFIX):
-            continue
-        known = (
-            engine.store.has_document(target)
-            if scope is None
-            else engine.document(target, scope=scope) is not None
-        )
-        if not known:
+        if not target.startswith(CONCEPT_PREFIX):
+            targets.append(target)
+    return targets
+
+
+def check_targets(doc: Document, known: Callable[[str], bool]) -> None:
+    """A QueryError naming the first relation target of ``doc`` that ``known`` denies (a
+    target outside the writer's scope reads as one that is not in the index)."""
+    for target in relation_targets(doc):
+        if not known(target):
             raise QueryError(
                 f"relation target {target!r} is not in the index; allowed: the id of a memory "
                 "or document, or concept:NAME"
             )
-    engine.ingest([doc], scope=scope)
-    return doc.doc_id
 
 
-def forget(engine: Engine, memory_id: str) -> int:
-    """Delete a memory (any document, by id) from every leg; returns the new release.
+def memory_id(value: Any) -> str:
+    """A memory id as given, or a QueryError naming it."""
+    if not isinstance(value, str) or not value.strip():
+        raise QueryError(f"memory id {value!r} is invalid; allowed: a non-empty string")
+    return value
 
-    An unknown id is the engine's :class:`~clew.errors.StoreError`; nothing is removed."""
-    if not isinstance(memory_id, str) or not memory_id.strip():
-        raise QueryError(f"memory id {memory_id!r} is invalid; allowed: a non-empty string")
-    return engine.delete(memory_id)
+
+def epoch(value: Any, name: str) -> float | None:
+    """A time argument as epoch seconds: ISO 8601 text, a datetime (naive = UTC) or a number."""
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        when = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+        return when.timestamp()
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    if isinstance(value, str):
+        parsed = parse_time(value)
+        if parsed is not None:
+            return parsed
+    raise QueryError(
+        f"{name}={value!r} is not a time; allowed: ISO 8601 (e.g. 2026-03-01 or "
+        "2026-03-01T12:00:00Z), a datetime or epoch seconds"
+    )
+
+
+def recall_window(
+    session: str | None, since: Any, until: Any, as_of: Any, scope: Any
+) -> tuple[dict[str, Any], Any, float | None]:
+    """What a recall searches with: the scope AND-ed with the memory conditions (memories only,
+    of one ``session``, created in ``[since, until)`` and not after ``as_of``), the scope its
+    statistics are computed over (the caller's, without the memory conditions: a session or
+    time window narrows what is found, not how words and concepts are weighted), and ``as_of``
+    in epoch seconds."""
+    bounds: dict[str, float] = {}
+    times = {"since": since, "until": until, "as_of": as_of}
+    parsed = {name: epoch(value, name) for name, value in times.items()}
+    if parsed["since"] is not None:
+        bounds["gte"] = parsed["since"]
+    if parsed["until"] is not None:
+        bounds["lt"] = parsed["until"]
+    if parsed["as_of"] is not None:
+        bounds["lte"] = parsed["as_of"]
+    if (
+        "gte" in bounds
+        and min(bounds.get("lt", math.inf), bounds.get("lte", math.inf)) < (bounds["gte"])
+    ):
+        raise QueryError(f"since={since!r} is after until/as_of; the window is empty")
+    if session is not None and (not isinstance(session, str) or not session.strip()):
+        raise QueryError(f"session={session!r} is invalid; allowed: a non-empty string")
+    # memory conditions join the scope (not strict: an index without memories is empty)
+    parts: list[Any] = [{"kind": MEMORY_KIND}]
+    if session is not None:
+        parts.append({"session": session})
+    if bounds:
+        parts.append({"created_at": bounds})
+    node = parse_filter(scope)
+    if node is not None:
+        parts.insert(0, scope)
+    stats_scope = to_json(node) if node is not None else None
+    return {"and": parts}, stats_scope, parsed["as_of"]
 
 
 # -- validation -------------------------------------------------------------------------------
@@ -273,110 +297,3 @@ def _check_json(value: Any, where: str) -> None:
         f"{where}={value!r:.80} ({type(value).__name__}) is not a JSON value; allowed: string, "
         "number, boolean, null, list or object"
     )
-
-
-# -- conversation transcripts -------------------------------------------------------------------
-
-TURN_TEXT_KEYS = ("text", "content", "message")
-TURN_TIME_KEYS = ("time", "timestamp", "created_at")
-
-
-def is_transcript(path: str | Path, *, max_bytes: int | None = None) -> bool:
-    """A ``.jsonl`` file whose first record is a conversation turn (``speaker`` or ``role``
-    with ``text``/``content``) rather than a corpus document (``_id``). A file over
-    ``max_bytes`` (default: :class:`~clew.config.IngestLimits`' limit), or whose first record
-    is not plain JSON (nested too deeply, say), is not: the corpus loader refuses it clearly."""
-    from clew.config import IngestLimits
-
-    p = Path(path)
-    if p.suffix.lower() != ".jsonl" or not p.is_file():
-        return False
-    limit = IngestLimits().max_file_bytes if max_bytes is None else max_bytes
-    try:
-        if p.stat().st_size > limit:
-            return False
-        with p.open(encoding="utf-8") as f:
-            while True:
-                line = f.readline(limit + 1)
-                if not line:
-                    return False
-                if line.strip():
-                    break
-        first = json.loads(line)
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return False  # ValueError: malformed JSON, or an integer of too many digits
-    return (
-        isinstance(first, dict)
-        and "_id" not in first
-        and ("speaker" in first or "role" in first)
-        and any(k in first for k in TURN_TEXT_KEYS)
-    )
-
-
-def load_transcript(
-    path: str | Path, *, session: str | None = None, limits: IngestLimits | None = None
-) -> list[Document]:
-    """One memory per turn of a JSONL chat transcript: ``{"speaker": "ana", "text": "...",
-    "time": "2026-03-01T12:00:00Z", "session": "s1"}`` (``role``/``content``/``timestamp``
-    also accepted). The session is the turn's own, else ``session``, else the file name. Each
-    turn records its speaker and position and ``follows`` the previous turn of its session.
-    A bad line is a :class:`~clew.errors.LoadError` naming the file, line and field; so is a
-    file over ``limits.max_file_bytes`` (an :class:`~clew.config.IngestLimits`; None = the
-    defaults) and a turn nested deeper than the metadata depth limit (never a traceback)."""
-    from clew.config import IngestLimits
-    from clew.ingest.load import MAX_METADATA_DEPTH, check_json_depth, read_bytes
-
-    bounds = limits or IngestLimits()
-    depth = MAX_METADATA_DEPTH + 1  # the turn, then its fields as deep as document metadata
-    p = Path(path)
-    default = session or p.stem
-    docs: list[Document] = []
-    previous: dict[str, str] = {}
-    try:
-        lines = read_bytes(p, bounds.max_file_bytes).decode("utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise LoadError(f"{p.name}: cannot read transcript: {exc}") from exc
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{p.name}:{n}"
-        try:
-            turn = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LoadError(f"{where}: not JSON ({exc.msg})") from None
-        except RecursionError:
-            raise LoadError(
-                f"{where}: JSON is nested too deeply; allowed: at most {depth} levels"
-            ) from None
-        except ValueError as exc:  # an integer with more digits than Python converts
-            raise LoadError(f"{where}: not JSON ({exc})") from None
-        check_json_depth(turn, where, depth)
-        if not isinstance(turn, dict):
-            raise LoadError(f"{where}: a turn must be a JSON object, got {type(turn).__name__}")
-        speaker = turn.get("speaker", turn.get("role"))
-        text = next((turn[k] for k in TURN_TEXT_KEYS if k in turn), None)
-        when = next((turn[k] for k in TURN_TIME_KEYS if k in turn), None)
-        if not isinstance(speaker, str) or not speaker.strip():
-            raise LoadError(f"{where}: speaker={speaker!r} is invalid; allowed: a non-empty string")
-        if not isinstance(text, str) or not text.strip():
-            continue  # an empty turn carries nothing to remember
-        sess = turn.get("session", default)
-        extra = {
-            k: v
-            for k, v in turn.items()
-            if k not in ("speaker", "role", "session", *TURN_TEXT_KEYS, *TURN_TIME_KEYS)
-        }
-        prev = previous.get(str(sess))
-        try:
-            doc = memory_document(
-                text,
-                session=sess,
-                timestamp=when,
-                metadata={**extra, "speaker": speaker.strip(), "turn": n},
-                relations=[("follows", prev)] if prev else (),
-            )
-        except QueryError as exc:
-            raise LoadError(f"{where}: {exc}") from None
-        docs.append(replace(doc, title=f"{speaker.strip()}: {doc.title}"[:MAX_TITLE_CHARS]))
-        previous[str(sess)] = doc.doc_id
-    return docs

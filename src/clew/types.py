@@ -7,6 +7,7 @@ came from.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -301,6 +302,21 @@ class StoredDocument:
     chunks: tuple[StoredChunk, ...]
     release: int
     """The release that last wrote it."""
+
+    @classmethod
+    def from_store(
+        cls, doc: Mapping[str, Any], chunks: Sequence[tuple[int, str, int, str]]
+    ) -> StoredDocument:
+        """From a store's ``document()`` row and its (ordinal, chunk id, seq, text) chunks."""
+        return cls(
+            doc_id=doc["doc_id"],
+            title=doc["title"],
+            source=doc["source"],
+            metadata=doc["metadata"],
+            text=doc["text"],
+            chunks=tuple(StoredChunk(c[1], c[2], c[3]) for c in chunks),
+            release=doc["release"],
+        )
 
     def to_dict(self) -> dict[str, JSONValue]:
         return {

@@ -15,7 +15,7 @@ import pytest
 from clew import Document, Engine
 from clew.config import EngineConfig, preset_config
 from clew.errors import LoadError, QueryError, StoreError
-from clew.memory import is_transcript, load_transcript
+from clew.ingest.transcript import is_transcript, load_transcript
 
 NOW_ISH = "2026-03-10T12:00:00Z"
 
@@ -208,9 +208,9 @@ def test_forget_leaves_nothing_in_any_leg_path_replay_or_cache(fake_engine: Engi
     # its own identifiers have no mentions left, so those concepts are gone too
     concepts_after = {r[0] for r in _rows(fake_engine, "SELECT key FROM concepts")}
     assert concepts_after <= concepts_before
-    snap = fake_engine._snap()
-    assert all(d != gone for d in snap.graph.chunk_doc.values())
-    assert gone not in snap.graph.doc_links.get(ids["retries"], [])
+    snap = fake_engine.snapshot()
+    assert all(d != gone for d in snap.graph_index.chunk_doc.values())
+    assert gone not in snap.graph_index.doc_links.get(ids["retries"], [])
     with pytest.raises(StoreError, match="no memory"):
         fake_engine.forget(gone)
 
@@ -226,7 +226,7 @@ def test_deleting_a_document_removes_its_concepts_and_edges(fake_engine: Engine)
     fake_engine.delete("a")
     assert "zqx-9001" not in {r[0] for r in _rows(fake_engine, "SELECT key FROM concepts")}
     assert fake_engine.search("ZQX-9001", config=preset_config("graph")).hits == ()
-    assert "a" not in fake_engine._snap().graph.doc_links
+    assert "a" not in fake_engine.snapshot().graph_index.doc_links
 
 
 def test_reingest_is_idempotent(fake_engine: Engine) -> None:

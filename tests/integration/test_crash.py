@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from clew import Document
+from clew.backends.embedded.files import read_manifest
+from clew.backends.embedded.graph import load_graph
 from clew.backends.embedded.lexical import BM25Index
 from clew.backends.embedded.vector import VectorIndex
-from clew.index.files import read_manifest
-from clew.index.graph import GraphIndex
 from clew.testing.consistency import check_legs, check_store, make_corpus, write_corpus
 from clew.testing.ingest_child import open_engine
 
@@ -94,7 +94,7 @@ def derived_state(index: Path, release: int) -> dict[str, str]:
     loaders: dict[str, Any] = {
         "lexical": BM25Index.load,
         "vectors": lambda d: VectorIndex.load(d, DenseConfig()),
-        "graph": GraphIndex.load,
+        "graph": load_graph,
     }
     for name, load in loaders.items():
         if not (index / f"{name}.json").exists():
@@ -126,8 +126,7 @@ def check_index(index: Path, corpus: list[dict[str, Any]]) -> int:
 
 
 def _format(name: str) -> str:
-    from clew.backends.embedded import lexical, vector
-    from clew.index import graph
+    from clew.backends.embedded import graph, lexical, vector
 
     return {"lexical": lexical.FORMAT, "vectors": vector.FORMAT, "graph": graph.FORMAT}[name]
 

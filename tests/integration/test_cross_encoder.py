@@ -11,14 +11,9 @@ import numpy as np
 import pytest
 
 from clew.errors import ModelError
-from clew.models.cross_encoder import (
-    CrossEncoderReranker,
-    TrainExample,
-    TrainReport,
-    load_reranker_meta,
-    train_cross_encoder,
-)
+from clew.models.cross_encoder import CrossEncoderReranker, load_reranker_meta
 from clew.protocols import RerankCandidate, Reranker
+from clew.train.cross_encoder import TrainExample, TrainReport, train_cross_encoder
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")

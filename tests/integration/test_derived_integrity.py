@@ -27,14 +27,14 @@ import numpy as np
 import pytest
 
 from clew import Document
+from clew.backends.embedded import files
+from clew.backends.embedded.graph import load_graph
 from clew.backends.embedded.lexical import BM25Index
 from clew.backends.embedded.store import DB_NAME, SQLiteStore
 from clew.backends.embedded.vector import VectorIndex
 from clew.cli import main
 from clew.config import DenseConfig
 from clew.errors import StoreError
-from clew.index import files
-from clew.index.graph import GraphIndex
 from clew.testing.consistency import make_corpus
 from clew.testing.ingest_child import open_engine
 
@@ -133,7 +133,7 @@ def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "clew.index.files" and r.levelno == logging.WARNING
+        if r.name == "clew.backends.embedded.files" and r.levelno == logging.WARNING
     ]
 
 
@@ -146,7 +146,7 @@ def assert_clean_reopen(index: Path, caplog: pytest.LogCaptureFixture) -> None:
         assert isinstance(store, SQLiteStore)
         assert BM25Index.load(index, source=store) is not None
         assert VectorIndex.load(index, DenseConfig(), source=store) is not None
-        assert GraphIndex.load(index, source=store) is not None
+        assert load_graph(index, store) is not None
     assert warnings_of(caplog) == []
 
 

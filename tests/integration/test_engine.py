@@ -156,7 +156,7 @@ AUDIENCES = ["public", "internal", "sre"]
 @pytest.mark.parametrize("audience", AUDIENCES)
 def test_filter_applies_inside_every_leg(fake_engine: Engine, audience: str) -> None:
     ingest(fake_engine)
-    snap = fake_engine._snap()
+    snap = fake_engine.snapshot()
     flt = {"audience": audience}
     allowed_docs = {d.doc_id for d in DOCS if d.metadata["audience"] == audience}
     mask = snap.allowed(json.dumps(flt))
@@ -222,7 +222,7 @@ def test_content_hash_dedup(fake_engine: Engine) -> None:
 
 def test_live_mask_matches_store(fake_engine: Engine) -> None:
     ingest(fake_engine)
-    snap = fake_engine._snap()
+    snap = fake_engine.snapshot()
     assert np.flatnonzero(snap.live).tolist() == fake_engine.store.live_ordinals().tolist()
 
 

@@ -73,7 +73,7 @@ def test_a_request_reads_one_release_while_a_write_lands(fake_engine: Engine) ->
         fake_engine.ingest([_doc(99, "ERR-5099 arrives while a request is reading")])
         writer_done.set()
 
-    with fake_engine._reading() as snap:
+    with fake_engine.reading() as snap:
         before = snap.release
         thread = threading.Thread(target=write)
         thread.start()

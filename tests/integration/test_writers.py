@@ -225,7 +225,7 @@ def test_refresh_racing_a_commit_reads_one_release(tmp_path: Path, when: str) ->
         finally:
             setattr(store, when, original)
         assert fired
-        snap = reader._snapshot
+        snap = reader._releases.latest
         assert snap is not None
         # the snapshot holds exactly the documents of the release it is labelled with
         want = {r["id"] for r in rows[:6]} - {rows[1]["id"]}
@@ -235,10 +235,11 @@ def test_refresh_racing_a_commit_reads_one_release(tmp_path: Path, when: str) ->
             assert snap.release == fired[0] - 1, (snap.release, fired)
         found = set()
         for r in rows:
-            hits = snap.lexical.search(analyze(r["word"]), snap.live, 3)
+            hits = snap.lexical_index.search(analyze(r["word"]), snap.live, 3)
             if hits:
                 found.add(snap.store.fetch([hits[0].ordinal])[hits[0].ordinal].doc_id)
-            assert bool(snap.graph.search(r["xid"], snap.live, 3)) == (r["id"] in want), r["id"]
+            graph_hits = snap.graph_index.search(r["xid"], snap.live, 3)
+            assert bool(graph_hits) == (r["id"] in want), r["id"]
         assert found == want, (snap.release, fired, sorted(found ^ want))
         reader.refresh()
         state = check_store(index, {r["id"]: r for r in rows}, DIM)

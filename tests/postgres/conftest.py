@@ -6,17 +6,10 @@ Each test gets its own schema in it (``pg_schema``), so tests do not see each ot
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from clew.testing.pgserver import PgServer
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
-    with PgServer.start() as server:
-        yield server
 
 
 @pytest.fixture

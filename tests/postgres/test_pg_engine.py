@@ -129,7 +129,7 @@ def test_delete_and_reingest_on_postgres(pg_server: Any, tmp_path: Path) -> None
 
 
 def _no_copies(engine: Engine) -> None:
-    snap = engine._snap()
+    snap = engine.snapshot()
     assert snap.sql is not None
     assert snap._lexical is None and snap._vector is None, "an in-memory copy was built"
 
@@ -228,13 +228,13 @@ def test_memories_recency_and_expansion_on_postgres(pg_server: Any, tmp_path: Pa
                 assert any(h.expansion for h in got.hits)
         _no_copies(pg)
         # a path with no SQL form can still ask for an in-memory copy: built from the database
-        snap, want_snap = pg._snap(), embedded._snap()
-        assert snap.lexical.n_docs == want_snap.lexical.n_docs > 0
+        snap, want_snap = pg.snapshot(), embedded.snapshot()
+        assert snap.lexical_index.n_docs == want_snap.lexical_index.n_docs > 0
 
         def rows(s: Any) -> dict[str, Any]:
             live = np.flatnonzero(s.live).tolist()
             s.load_keys(live)
-            return {s.keys[o][0]: s.vector.matrix[o] for o in live}
+            return {s.keys[o][0]: s.vector_index.matrix[o] for o in live}
 
         got_rows, want_rows = rows(snap), rows(want_snap)
         assert got_rows.keys() == want_rows.keys()

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import clew.backends.postgres.store as pg
-from clew.backends.postgres.schema import MIGRATIONS
+from clew.backends.postgres.schema import EXTENSIONS, MIGRATIONS, MIN_VERSIONS
 from clew.backends.postgres.store import PostgresStore, document_time, split_url
+from clew.backends.postgres.writes import defer
 from clew.errors import IndexNotFoundError, StoreError
 from clew.protocols import DocumentRecord
 from clew.testing.conformance import check_store, make_record
@@ -164,14 +165,14 @@ def _chain(exc: BaseException | None) -> str:
 def test_missing_extension_is_named(
     pg_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(pg.EXTENSIONS, "clew_no_such_ext", "clew-no-such-ext >= 9.9 (nowhere)")
-    monkeypatch.setitem(pg.MIN_VERSIONS, "clew_no_such_ext", (9, 9))
+    monkeypatch.setitem(EXTENSIONS, "clew_no_such_ext", "clew-no-such-ext >= 9.9 (nowhere)")
+    monkeypatch.setitem(MIN_VERSIONS, "clew_no_such_ext", (9, 9))
     with pytest.raises(StoreError) as err:
         PostgresStore(pg_url, schema=pg_schema, create=True)
     text = str(err.value)
     assert "'clew_no_such_ext'" in text and "9.9" in text and "CREATE EXTENSION" in text
-    monkeypatch.delitem(pg.EXTENSIONS, "clew_no_such_ext")
-    monkeypatch.setitem(pg.MIN_VERSIONS, "vector", (99, 0))
+    monkeypatch.delitem(EXTENSIONS, "clew_no_such_ext")
+    monkeypatch.setitem(MIN_VERSIONS, "vector", (99, 0))
     with pytest.raises(StoreError, match=r"'vector' is version .*minimum version 99\.0"):
         PostgresStore(pg_url, schema=pg_schema, create=True)
 
@@ -421,7 +422,7 @@ def test_bulk_load_defers_and_rebuilds_indexes(pg_url: str, store: PostgresStore
         store._write_tx(lambda conn: None)
         raise RuntimeError("boom")
     assert store.deferred_indexes() == []  # the context restores even on error
-    store._write_tx(lambda conn: pg._defer(conn, store.schema, ["chunks_bm25"]))
+    store._write_tx(lambda conn: defer(conn, store.schema, ["chunks_bm25"]))
     reopened = PostgresStore(pg_url, schema=store.schema)
     try:
         assert reopened.deferred_indexes() == ["chunks_bm25"]

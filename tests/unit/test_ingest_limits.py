@@ -40,7 +40,7 @@ from clew.ingest.concepts import (
 )
 from clew.ingest.load import directory_files, load_path
 from clew.ingest.pipeline import IngestContext, build_records
-from clew.memory import is_transcript, load_transcript
+from clew.ingest.transcript import is_transcript, load_transcript
 from clew.testing.fakes import FakeHashEncoder
 from clew.types import Document
 

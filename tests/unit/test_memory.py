@@ -10,7 +10,7 @@ import pytest
 
 from clew import Document, Engine
 from clew.errors import QueryError, StoreError
-from clew.memory import MAX_MEMORY_CHARS, forget, memory_document, remember
+from clew.memory import MAX_MEMORY_CHARS, memory_document, memory_id
 
 T0 = "2026-03-01T12:00:00Z"
 CORPUS = [
@@ -36,7 +36,7 @@ def hit_ids(engine: Engine, query: str, **kw: Any) -> list[str]:
 
 def test_remember_stores_a_memory_document(fake_engine: Engine) -> None:
     text = "Deploy freeze starts Friday (ticket OPS-7781)\nAsk Priya before any hotfix."
-    mid = remember(fake_engine, text, session="s-1", timestamp=T0, metadata={"topic": "deploys"})
+    mid = fake_engine.remember(text, session="s-1", timestamp=T0, metadata={"topic": "deploys"})
     assert re.fullmatch(r"mem-[0-9a-f]{16}", mid)
     doc = stored(fake_engine, mid)
     assert doc["title"] == "Deploy freeze starts Friday (ticket OPS-7781)"
@@ -53,12 +53,12 @@ def test_remember_stores_a_memory_document(fake_engine: Engine) -> None:
 
 
 def test_same_memory_twice_is_one_document(fake_engine: Engine) -> None:
-    first = remember(fake_engine, "the VPN needs MFA", session="s", timestamp=T0)
+    first = fake_engine.remember("the VPN needs MFA", session="s", timestamp=T0)
     release = fake_engine.store.release()
     docs = fake_engine.store.counts()["documents"]
     # the same instant written another way gives the same id
-    again = remember(
-        fake_engine, "the VPN needs MFA", session="s", timestamp="2026-03-01T13:00:00+01:00"
+    again = fake_engine.remember(
+        "the VPN needs MFA", session="s", timestamp="2026-03-01T13:00:00+01:00"
     )
     assert again == first
     assert fake_engine.store.counts()["documents"] == docs
@@ -92,8 +92,7 @@ def test_title_is_the_first_line_cut_to_80_chars() -> None:
 
 def test_stamp_wins_over_user_metadata(fake_engine: Engine) -> None:
     fake_engine.ingest(CORPUS)
-    mid = remember(
-        fake_engine,
+    mid = fake_engine.remember(
         "acme wants weekly settlement reports",
         timestamp=T0,
         metadata={"tenant": "globex", "audience": "internal", "priority": 2},
@@ -107,16 +106,16 @@ def test_stamp_wins_over_user_metadata(fake_engine: Engine) -> None:
 
 def test_forget_removes_it_from_search(fake_engine: Engine) -> None:
     fake_engine.ingest(CORPUS)
-    mid = remember(fake_engine, "the canary region is eu-west-3 (OPS-9001)", timestamp=T0)
+    mid = fake_engine.remember("the canary region is eu-west-3 (OPS-9001)", timestamp=T0)
     assert mid in hit_ids(fake_engine, "OPS-9001")
     release = fake_engine.store.release()
-    assert forget(fake_engine, mid) == fake_engine.store.release() > release
+    assert fake_engine.forget(mid) == fake_engine.store.release() > release
     assert mid not in hit_ids(fake_engine, "OPS-9001")
     assert fake_engine.store.document(mid) is None
     with pytest.raises(StoreError, match=re.escape(repr(mid))):
-        forget(fake_engine, mid)
+        fake_engine.forget(mid)
     with pytest.raises(StoreError, match="mem-0000"):
-        forget(fake_engine, "mem-0000")
+        fake_engine.forget("mem-0000")
 
 
 @pytest.mark.parametrize(
@@ -148,10 +147,10 @@ def test_invalid_arguments_name_the_value(
     args: dict[str, Any] = {"text": "a valid memory", "timestamp": T0, **kwargs}
     text = args.pop("text")
     with pytest.raises(QueryError, match=message):
-        remember(fake_engine, text, **args)
+        fake_engine.remember(text, **args)
     assert fake_engine.store.counts()["documents"] == 0
 
 
 def test_forget_needs_an_id(fake_engine: Engine) -> None:
     with pytest.raises(QueryError, match="non-empty string"):
-        forget(fake_engine, "  ")
+        memory_id("  ")

@@ -45,7 +45,7 @@ import numpy as np
 from clew.compose.assemble import jaccard
 from clew.errors import ModelError, QueryError
 from clew.ingest.analyze import analyze, query_terms, words
-from clew.protocols import Encoder
+from clew.protocols import AsymmetricEncoder, Encoder
 from clew.types import Hit
 
 MAX_WORDS = 60
@@ -312,7 +312,11 @@ def _sentences(hits: Sequence[Hit]) -> list[Sentence]:
 
 def _cosines(encoder: Encoder, question: str, sentences: Sequence[Sentence]) -> list[float]:
     """Cosine of each sentence with the question, from ONE batched encode call."""
-    vectors = np.asarray(encoder.encode([question, *(s.text for s in sentences)]))
+    texts = [s.text for s in sentences]
+    if isinstance(encoder, AsymmetricEncoder):  # the question as a query, sentences as passages
+        vectors = np.vstack([encoder.encode_queries([question]), encoder.encode_documents(texts)])
+    else:
+        vectors = np.asarray(encoder.encode([question, *texts]))
     if vectors.ndim != 2 or vectors.shape[0] != len(sentences) + 1:
         raise ModelError(
             f"encoder returned shape {vectors.shape} for {len(sentences) + 1} texts; "

@@ -18,34 +18,20 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from clew.backends.embedded.lexical import top_k
 from clew.config import GraphConfig
 from clew.filters import Mask
-from clew.index.files import (
-    LOAD_ERRORS,
-    Origin,
-    Source,
-    data_file,
-    data_path,
-    discarded,
-    publish,
-    read_manifest,
-    staged,
-)
+from clew.index.topk import top_k
 from clew.ingest.analyze import STOP_WORDS, concept_key, words
 from clew.ingest.concepts import find_identifiers
 from clew.links import CONCEPT_PREFIX, split_link
 from clew.protocols import GraphRows
 from clew.types import GraphTrail, LegHit
 
-FORMAT = "clew-graph/1"
 Vector = npt.NDArray[np.float64]
 
 
@@ -359,7 +345,7 @@ class GraphIndex:
                         row = self.key_to_row.get(found_key)
                         if row is None or self.kinds[row] == "identifier":
                             continue  # gone since an earlier release, or now an identifier
-                        if _edit_distance_le1(key, self.keys[row]):
+                        if edit_distance_le1(key, self.keys[row]):
                             add(row, "fuzzy")
         return sorted(found.values(), key=lambda c: (-c.weight, c.key))
 
@@ -463,90 +449,6 @@ class GraphIndex:
             out = np.asarray(self.mentions[rows].T @ weights[rows]).ravel()
         return out
 
-    # -- persistence ------------------------------------------------------------------------
-
-    def save(self, directory: Path, origin: Origin | None = None) -> None:
-        """Arrays to ``graph-<stamp>.npz``, names and maps to the ``graph.json`` manifest
-        (no pickle: safe to load), sealed; ``origin``: the store release this graph reflects
-        (a load checked against the store rejects a manifest without it)."""
-        m = self.mentions
-        meta = {
-            "format": FORMAT,
-            "release": self.release,
-            "keys": self.keys,
-            "labels": self.labels,
-            "kinds": self.kinds,
-            "concept_ids": self.concept_ids,
-            "n_chunks": self.n_chunks,
-            "max_words": self.max_words,
-            "doc_links": self.doc_links,
-            "chunk_doc": [[o, d] for o, d in self.chunk_doc.items()],
-            "next_chunk": [[a, b] for a, b in self.next_chunk.items()],
-            "origin": None if origin is None else origin.to_json(),
-        }
-        with staged(directory, "graph") as stamp:
-            np.savez(
-                data_path(directory, "graph", stamp, ".npz"),
-                data=m.data,
-                indices=m.indices,
-                indptr=m.indptr,
-                shape=np.array(m.shape),
-                df=self.df,
-                pr_chunk=self.pagerank_chunk,
-                pr_concept=self.pagerank_concept,
-            )
-            publish(directory, "graph", stamp, meta)
-
-    @classmethod
-    def load(cls, directory: Path, *, source: Source | None = None) -> GraphIndex | None:
-        """The saved graph, or None when it is missing, torn, damaged, inconsistent or (given
-        ``source``) not derived from that store at a release it has (then rebuild); see
-        :func:`clew.index.files.read_manifest`."""
-        meta = read_manifest(directory, "graph", FORMAT, source=source)
-        if meta is None:
-            return None
-        try:
-            g = cls._load(directory, meta)
-        except LOAD_ERRORS as exc:
-            discarded(directory / "graph.json", f"its files do not load ({exc!r})")
-            return None
-        if g is None:
-            discarded(directory / "graph.json", "its arrays and names do not fit together")
-        return g
-
-    @classmethod
-    def _load(cls, directory: Path, meta: dict[str, Any]) -> GraphIndex | None:
-        with np.load(data_file(directory, meta, "graph", ".npz")) as npz:
-            arrays = {key: npz[key] for key in npz.files}
-        g = cls()
-        g.release = int(meta["release"])
-        g.keys, g.labels, g.kinds = list(meta["keys"]), list(meta["labels"]), list(meta["kinds"])
-        g.concept_ids = [int(c) for c in meta["concept_ids"]]
-        g.key_to_row = {k: i for i, k in enumerate(g.keys)}
-        g.n_chunks, g.max_words = int(meta["n_chunks"]), int(meta["max_words"])
-        g.doc_links = {str(d): list(t) for d, t in dict(meta["doc_links"]).items()}
-        g.chunk_doc = {int(o): d for o, d in meta["chunk_doc"]}
-        g.next_chunk = {int(a): int(b) for a, b in meta["next_chunk"]}
-        shape = (int(arrays["shape"][0]), int(arrays["shape"][1]))
-        g.mentions = sp.csr_matrix(
-            (arrays["data"], arrays["indices"], arrays["indptr"]), shape=shape
-        )
-        g.mentions_csc = g.mentions.tocsc()
-        g.df = arrays["df"]
-        g.pagerank_chunk, g.pagerank_concept = arrays["pr_chunk"], arrays["pr_concept"]
-        if (
-            len(g.keys) != shape[0]
-            or len(g.df) != shape[0]
-            or len(g.labels) != shape[0]
-            or len(g.kinds) != shape[0]
-            or len(g.concept_ids) != shape[0]
-            or len(g.key_to_row) != shape[0]
-            or len(g.pagerank_concept) != shape[0]
-            or any(o >= shape[1] for o in g.chunk_doc)
-        ):
-            return None
-        return g
-
 
 def _resolve_links(
     links: Sequence[tuple[str, str]], doc_ids: set[str]
@@ -641,7 +543,7 @@ def _deletions(key: str) -> list[str]:
     return [key[:i] + key[i + 1 :] for i in range(len(key))]
 
 
-def _edit_distance_le1(a: str, b: str) -> bool:
+def edit_distance_le1(a: str, b: str) -> bool:
     if a == b:
         return True
     if abs(len(a) - len(b)) > 1:

@@ -42,31 +42,50 @@ import pickle
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from clew.config import ChunkConfig, ConceptConfig, EmbedderConfig, IngestLimits
 from clew.errors import ConfigError, LoadError
-from clew.ingest.chunk import Chunker
 from clew.ingest.concepts import ConceptExtractor
+from clew.ingest.fingerprint import record_meta
 from clew.ingest.load import directory_files, load_file, load_path
 from clew.ingest.pipeline import (
     IngestContext,
     IngestWriter,
     build_records,
     document_hash,
+    ingest_context,
     resolve_entities,
 )
 from clew.protocols import DocumentRecord, Encoder
 from clew.types import Document, IngestReport, JSONValue
 
-if TYPE_CHECKING:
-    from clew.engine import Engine
+
+class IngestTarget(Protocol):
+    """What a distributed ingest needs of an engine (:class:`clew.Engine` is one)."""
+
+    store: Any
+    config: Any
+    encoder_injected: bool
+
+    @property
+    def encoder(self) -> Encoder: ...
+
+    @property
+    def extractor(self) -> ConceptExtractor: ...
+
+    def fingerprint(self) -> dict[str, str]: ...
+
+    def writing(self) -> AbstractContextManager[None]: ...
+
+    def refresh(self) -> None: ...
+
 
 RAY_EXTRA = "ray[data]==2.60.0"
 OnError = Literal["report", "raise"]
@@ -93,16 +112,13 @@ class ContextSpec:
     limits: IngestLimits = field(default_factory=IngestLimits)
 
     def build(self) -> IngestContext:
-        encoder = self.encoder()
-        counter = getattr(encoder, "count_tokens", None)
-        if counter is None:
-            raise ConfigError("the encoder has no count_tokens(texts) method for chunk sizing")
-        return IngestContext(
-            chunker=Chunker(self.chunk, counter, self.limits),
-            encoder=encoder,
-            extractor=ConceptExtractor(self.concepts, self.limits),
-            fingerprint=self.fingerprint,
-            batch_chunks=self.batch_chunks,
+        return ingest_context(
+            self.chunk,
+            self.limits,
+            self.encoder(),
+            ConceptExtractor(self.concepts, self.limits),
+            self.fingerprint,
+            self.batch_chunks,
         )
 
 
@@ -117,7 +133,7 @@ def _load_encoder(config: EmbedderConfig) -> Encoder:
 
 
 def engine_spec(
-    engine: Engine,
+    engine: IngestTarget,
     *,
     encoder_factory: Callable[[], Encoder] | None = None,
     threads: int | None = None,
@@ -128,9 +144,9 @@ def engine_spec(
     threads (default: the engine's setting). An injected encoder is sent to the workers as is
     when it pickles (the fake encoder does); otherwise pass ``encoder_factory``. The engine's
     concept extractor is rebuilt from its :class:`ConceptConfig` (a subclass is not carried)."""
-    meta = engine._ingest_meta()  # what Engine.ingest puts in the fingerprint
+    meta = engine.fingerprint()  # what Engine.ingest puts in the fingerprint
     if encoder_factory is None:
-        if engine._injected_encoder:
+        if engine.encoder_injected:
             enc = engine.encoder
             try:
                 pickle.dumps(enc)
@@ -514,7 +530,7 @@ def _run_units(
 
 
 def engine_ingest_ray(
-    engine: Engine,
+    engine: IngestTarget,
     paths: Iterable[str | Path],
     *,
     encoder_factory: Callable[[], Encoder] | None = None,
@@ -530,7 +546,7 @@ def engine_ingest_ray(
     dimension), the same index metadata, the engine's write lock held throughout, the derived
     indexes refreshed afterwards. ``threads``: onnxruntime threads per worker (default: the
     CPUs each worker reserves). Other arguments as :func:`ingest_ray`."""
-    if threads is None and encoder_factory is None and not engine._injected_encoder:
+    if threads is None and encoder_factory is None and not engine.encoder_injected:
         # as many onnxruntime threads as CPUs each worker reserves (ingest_ray's default share)
         share = cpus_per_worker
         if share is None:
@@ -543,16 +559,8 @@ def engine_ingest_ray(
     engine.store.check_writable()
     spec = engine_spec(engine, encoder_factory=encoder_factory, threads=threads)
     meta = json.loads(spec.fingerprint)
-    from clew.engine import _INGEST_META
-
-    with engine._write_lock.hold():
-        stored = {k: engine.store.get_meta(k) for k in _INGEST_META}
-        if stored["embedder"] is not None and stored["dim"] != meta["dim"]:
-            raise ConfigError(
-                f"embedder dimension {meta['dim']} does not match the index ({stored['dim']})"
-            )
-        if any(stored[k] != meta[k] for k in _INGEST_META):
-            engine.store.set_meta(meta)
+    with engine.writing():
+        record_meta(engine.store, meta)
         try:
             return ingest_ray(
                 paths,

@@ -15,28 +15,21 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Protocol
+from pathlib import Path
 
 import numpy as np
 
+from clew.config import ChunkConfig, IngestLimits
+from clew.errors import ConfigError
 from clew.ingest.analyze import analyze, concept_key
 from clew.ingest.chunk import Chunker, embedding_text
 from clew.ingest.concepts import ConceptExtractor
 from clew.links import CONCEPT_PREFIX, split_link
-from clew.protocols import DocumentRecord, Encoder
+from clew.protocols import DocumentRecord, Encoder, Writer, encode_documents
 from clew.types import Concept, Document, IngestReport, Mention
 
-
-class IngestWriter(Protocol):
-    """What an ingest needs of the store (a subset of :class:`clew.protocols.Store`)."""
-
-    def doc_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]: ...
-
-    def write(self, records: Sequence[DocumentRecord]) -> int: ...
-
-    def concept_kinds(self, keys: Sequence[str]) -> dict[str, str]: ...
-
-    def release(self) -> int: ...
+IngestWriter = Writer
+"""What an ingest needs of the store (:class:`clew.protocols.Writer`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +65,9 @@ def build_records(docs: Sequence[Document], ctx: IngestContext) -> list[Document
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="clew-concepts") as pool:
         spans = [(d.doc_id, len(c)) for d, c in zip(docs, chunked, strict=True)]
         pending = pool.submit(ctx.extractor.extract, concept_texts, spans)  # budget per doc
-        vectors = ctx.encoder.encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)
+        vectors = (
+            encode_documents(ctx.encoder, texts) if texts else np.zeros((0, 1), dtype=np.float32)
+        )
         mentions = pending.result()
     records: list[DocumentRecord] = []
     pos = 0
@@ -223,3 +218,38 @@ def resolve_entities(
             chunks.append((*mentions, *extra))
         out.append(replace(rec, mentions=tuple(chunks)))
     return out
+
+
+def load_sources(
+    sources: Iterable[str | Path] | Sequence[Document], limits: IngestLimits
+) -> Iterable[Document]:
+    """Documents as given, or loaded from files and directories (within ``limits``)."""
+    from clew.ingest.load import load_path
+
+    items = list(sources)
+    if all(isinstance(s, Document) for s in items):
+        return items  # type: ignore[return-value]
+    return [d for s in items for d in load_path(s, limits=limits)]  # type: ignore[arg-type]
+
+
+def ingest_context(
+    chunk: ChunkConfig,
+    limits: IngestLimits,
+    encoder: Encoder,
+    extractor: ConceptExtractor,
+    fingerprint: str,
+    batch_chunks: int = 256,
+) -> IngestContext:
+    """How an ingest chunks (``chunk`` sizes in the encoder's tokens, within ``limits``), embeds
+    and extracts, and the ``fingerprint`` hashed into every document (the JSON of
+    :func:`clew.ingest.fingerprint.ingest_meta`)."""
+    counter = getattr(encoder, "count_tokens", None)
+    if counter is None:
+        raise ConfigError("the encoder has no count_tokens(texts) method for chunk sizing")
+    return IngestContext(
+        chunker=Chunker(chunk, counter, limits),
+        encoder=encoder,
+        extractor=extractor,
+        fingerprint=fingerprint,
+        batch_chunks=batch_chunks,
+    )

@@ -212,14 +212,14 @@ def resolve_model(name: str) -> ModelFiles:
             raise ModelError(f"model path {name!r} is a file; expected a model directory")
         return _from_local_dir(path, path.name)
     if "/" in name and not name.startswith((".", "/")):
-        return _from_local_dir(_hub_snapshot(name), name)
+        return _from_local_dir(hub_snapshot(name), name)
     raise ModelError(
         f"unknown embedding model {name!r}; allowed: 'minilm', a local model directory, "
         "or a hub name present in the local Hugging Face cache"
     )
 
 
-def _hub_snapshot(repo_id: str) -> Path:
+def hub_snapshot(repo_id: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
     except ImportError as exc:
@@ -242,7 +242,7 @@ def _from_local_dir(path: Path, name: str) -> ModelFiles:
         if candidate.is_file():
             if not tokenizer.is_file():
                 raise ModelError(f"{str(path)!r} has {candidate.name} but no tokenizer.json")
-            version = _sha256(candidate)[:16]
+            version = weights_sha256(candidate)[:16]
             return ModelFiles(
                 name, candidate, tokenizer, _max_length(path), _pooling(path), version
             )
@@ -259,7 +259,7 @@ def _from_transformers_dir(path: Path, name: str) -> ModelFiles:
             f"{str(path)!r} is not a model directory: expected model.onnx + tokenizer.json, "
             "or model.safetensors + config.json + tokenizer.json"
         )
-    digest = _sha256(weights)
+    digest = weights_sha256(weights)
     target = cache_dir() / "onnx" / f"{_slug(name)}-{digest[:16]}.onnx"
     if not target.is_file():
         export_onnx(path, target)
@@ -338,7 +338,7 @@ def _pooling(path: Path) -> str:
     return "mean"
 
 
-def _sha256(path: Path) -> str:
+def weights_sha256(path: Path) -> str:
     """sha256 of a weights file, remembered in the cache by path, size and mtime (a 90 MB
     file costs a few hundred milliseconds to hash, on every process start otherwise)."""
     st = path.stat()

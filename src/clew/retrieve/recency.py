@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
 
 from clew.config import EngineConfig, RecencyConfig
-from clew.errors import QueryError
-from clew.filters import parse_time
+from clew.protocols import Snapshot
 from clew.retrieve.fuse import Fused
-from clew.retrieve.snapshot import MEMORY_KIND, RECENCY, Snapshot
 from clew.types import (
     Contribution,
 )
 
-if TYPE_CHECKING:
-    pass
+RECENCY = "recency"
+"""Contribution name of recency weighting."""
 
 
 def without_memory_recency(cfg: EngineConfig) -> EngineConfig:
@@ -42,21 +38,12 @@ def apply_recency(
     nothing, so age never buries an exact match). Memories, and documents when configured;
     hits without ``created_at`` are left alone. Each boosted hit gets a ``recency``
     contribution: its new rank, its age in days as the raw score, and the part it gained."""
-    info: Callable[[int], tuple[float, bool]]
-    if snap.sql is not None:
-        known = snap.sql.recency_of([f.ordinal for f in fused], MEMORY_KIND)
+    known = snap.created([f.ordinal for f in fused], rc.memories)
+    if known is None:
+        return fused
 
-        def info(o: int) -> tuple[float, bool]:
-            return known.get(o, (math.nan, False))
-    else:
-        created = snap.columns().numeric("created_at")
-        if created is None:
-            return fused
-        memory = snap.memory_mask() if rc.memories else None
-
-        def info(o: int) -> tuple[float, bool]:
-            when = float(created[o]) if o < len(created) else math.nan
-            return when, memory is not None and o < len(memory) and bool(memory[o])
+    def info(o: int) -> tuple[float, bool]:
+        return known.get(o, (math.nan, False))
 
     out: list[Fused] = []
     gained: dict[int, tuple[float, float]] = {}
@@ -87,24 +74,3 @@ def apply_recency(
         else f
         for rank, f in enumerate(out, start=1)
     ]
-
-
-def epoch(value: Any, name: str) -> float | None:
-    """A time argument as epoch seconds: ISO 8601 text, a datetime (naive = UTC) or a number."""
-    import datetime as dt
-
-    if value is None:
-        return None
-    if isinstance(value, dt.datetime):
-        when = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
-        return when.timestamp()
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    if isinstance(value, str):
-        parsed = parse_time(value)
-        if parsed is not None:
-            return parsed
-    raise QueryError(
-        f"{name}={value!r} is not a time; allowed: ISO 8601 (e.g. 2026-03-01 or "
-        "2026-03-01T12:00:00Z), a datetime or epoch seconds"
-    )

@@ -15,10 +15,11 @@ from clew.protocols import (
     ChunkRow,
     RerankCandidate,
     RerankScores,
+    ScopeStats,
+    Snapshot,
 )
 from clew.retrieve.expand import ExpandStats
 from clew.retrieve.fuse import Fused
-from clew.retrieve.snapshot import SAME_SCOPE, ScopeStats, Snapshot
 from clew.types import (
     Hit,
     LegHit,
@@ -30,6 +31,9 @@ from clew.types import (
 
 if TYPE_CHECKING:
     from clew.compose.answer import Answer
+
+SAME_SCOPE: Any = type("SameScope", (), {"__repr__": lambda self: "SAME_SCOPE"})()
+"""Statistics over the request's own scope (the default of ``stats_scope``)."""
 
 
 @dataclass(slots=True)
@@ -159,6 +163,31 @@ class Answered:
     answer: Answer
     run: Run
     trace: Mapping[str, Any]
+
+
+def replayed(trace_id: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> Replay:
+    """Every difference between a trace and its re-run, the release first: it explains the
+    rest."""
+    from clew.trace import diff_traces
+
+    then, now = int(old["release"]), int(new["release"])
+    diffs = [str(d) for d in diff_traces(old, new) if d.path != "release"]
+    if then != now:
+        diffs.insert(0, f"release: {then} -> {now} (the index changed since the trace)")
+    return Replay(trace_id, then, now, tuple(diffs))
+
+
+def replay_args(old: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments that re-run a traced search or ask with its own config."""
+    return {
+        "k": old["k"],
+        "filter": old["filter"],
+        "preset": old["preset"],
+        "config": EngineConfig.from_dict(old["config"]),
+        "scope": old.get("scope"),
+        "as_of": old.get("reference_time"),
+        "stats_scope": old.get("stats_scope", SAME_SCOPE),
+    }
 
 
 TRACE_FORMAT = "clew-trace/1"

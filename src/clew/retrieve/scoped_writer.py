@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from clew.backends.embedded.store import SQLiteStore
-from clew.filters import parse_filter, to_json
-from clew.protocols import (
-    DocumentRecord,
-)
-from clew.retrieve.snapshot import Snapshot
-
-if TYPE_CHECKING:
-    from clew.backends.postgres.store import PostgresStore
+from clew.filters import parse_filter
+from clew.protocols import DocumentRecord, Snapshot, Writer
 
 
 class ScopedWriter:
@@ -22,10 +14,10 @@ class ScopedWriter:
     entity resolution may resolve against are those that chunks in the writer's scope mention
     (in the release the ingest started from) or that this ingest wrote itself."""
 
-    def __init__(self, store: SQLiteStore | PostgresStore, snap: Snapshot, scope: Any) -> None:
+    def __init__(self, store: Writer, snap: Snapshot, scope: Any) -> None:
         self._store = store
-        self._graph = snap.graph
-        self._allowed = snap.allowed(None, json.dumps(to_json(parse_filter(scope)), sort_keys=True))
+        self._graph = snap.graph_index
+        self._allowed = snap.mask(snap.where(None, parse_filter(scope)))
         self._written: set[str] = set()
 
     def doc_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]:

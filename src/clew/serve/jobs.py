@@ -36,7 +36,7 @@ engine ingest (and so one new release and one index refresh).
   job is submitted too; this closes the window until the write).
 
 Readers keep answering meanwhile: every request reads one pinned snapshot of the index
-(:meth:`clew.Engine._reading`), so results never mix releases.
+(:meth:`clew.Engine.reading`), so results never mix releases.
 """
 
 from __future__ import annotations

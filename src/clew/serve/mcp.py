@@ -42,8 +42,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from clew.errors import ClewError, StoreError
 from clew.filters import matches
 from clew.links import split_link
-from clew.memory import MAX_MEMORY_CHARS, MEMORY_KIND, memory_document
-from clew.memory import forget as forget_memory
+from clew.memory import MAX_MEMORY_CHARS, MEMORY_KIND, memory_document, memory_id
 from clew.serve.auth import ANONYMOUS, KeyStore, Principal, WriteRefused, scope_fields
 
 if TYPE_CHECKING:
@@ -305,7 +304,7 @@ def build_server(
                 ):
                     raise _no_such_memory(id)
             try:
-                return forget_memory(engine, id)
+                return engine.delete(memory_id(id))
             except StoreError as exc:
                 if not engine.store.has_document(id):
                     raise _no_such_memory(id) from exc

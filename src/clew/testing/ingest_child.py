@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -80,7 +79,7 @@ def _install_hold(engine: Engine, point: str) -> None:
 
         setattr(engine.store, "write", write_then_hold)  # noqa: B010 (instance override)
         return
-    from clew.index import files
+    from clew.backends.embedded import files
 
     publish = files.publish
 
@@ -88,12 +87,8 @@ def _install_hold(engine: Engine, point: str) -> None:
         _hold("publish")
         publish(directory, name, stamp, meta)
 
-    for module in (
-        "clew.backends.embedded.lexical",
-        "clew.backends.embedded.vector",
-        "clew.index.graph",
-    ):
-        setattr(sys.modules[module], "publish", hold_before_publish)  # noqa: B010
+    # every derived-index save publishes through files.saving, which looks publish up here
+    setattr(files, "publish", hold_before_publish)  # noqa: B010
 
 
 def main(argv: Sequence[str] | None = None) -> int:

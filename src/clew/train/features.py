@@ -1,26 +1,24 @@
-"""Learning from a BEIR train split: reranker training data, feature weights, abstention.
+"""Learning from a BEIR train split: reranker training data and feature weights.
 
 Everything here reads the *train* split (or whichever split the caller names) and mines its
 examples with clew's own retriever: hard negatives are the non-relevant chunks the default
 pipeline ranks highest for a query, so a reranker learns to fix the retriever's real mistakes.
 
 - :func:`mine_examples` → (query, relevant chunk texts, hard-negative texts) per query, the
-  input of :func:`clew.models.cross_encoder.train_cross_encoder`.
+  input of :func:`clew.train.cross_encoder.train_cross_encoder`.
 - :func:`train_features` → logistic-regression weights for the feature reranker.
-- :func:`calibrate` → the abstention calibration: each query once as is (answerable) and once
-  with its relevant documents hidden (unanswerable: nearby but wrong evidence remains).
+
+The abstention calibration, which reads a split the same way, is :mod:`clew.train.calibrate`.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from clew.compose.answer import Calibration, fit_calibration
 from clew.config import EngineConfig
 from clew.engine import Engine
 from clew.eval.datasets import Dataset, EvalQuery
@@ -29,17 +27,13 @@ from clew.models.logistic import LogisticModel, fit_logistic
 from clew.retrieve.rerank import FEATURES
 
 
-def _quiet(config: EngineConfig) -> EngineConfig:
+def quiet_config(config: EngineConfig) -> EngineConfig:
+    """``config`` with traces off: mining and calibration run many queries nobody inspects."""
     return replace(config, trace=replace(config.trace, enabled=False))
 
 
-def _evidence_config(config: EngineConfig) -> EngineConfig:
-    """No traces, and no abstention: calibration needs the evidence of every query."""
-    cfg = _quiet(config)
-    return replace(cfg, answer=replace(cfg.answer, abstain=False))
-
-
-def _progress(items: Sequence[EvalQuery], desc: str, on: bool) -> Iterable[EvalQuery]:
+def with_progress(items: Sequence[EvalQuery], desc: str, on: bool) -> Iterable[EvalQuery]:
+    """``items``, behind a tqdm progress bar labelled ``desc`` when ``on``."""
     if not on:
         return items
     from tqdm import tqdm
@@ -48,7 +42,8 @@ def _progress(items: Sequence[EvalQuery], desc: str, on: bool) -> Iterable[EvalQ
     return bar
 
 
-def _relevant(dataset: Dataset, qid: str) -> set[str]:
+def relevant_docs(dataset: Dataset, qid: str) -> set[str]:
+    """The documents judged relevant (grade > 0) to query ``qid``."""
     return {d for d, g in dataset.qrels.get(qid, {}).items() if g > 0}
 
 
@@ -65,10 +60,10 @@ def mine_examples(
 
     Positives are the relevant documents' best-ranked chunks (their first chunk when the
     retriever missed them); negatives the top-ranked chunks of other documents."""
-    cfg = _quiet(config or engine.config)
-    layout = engine._snap().graph.layout()
-    for q in _progress(dataset.queries, "mine", progress):
-        relevant = _relevant(dataset, q.qid)
+    cfg = quiet_config(config or engine.config)
+    layout = engine.snapshot().graph_index.layout()
+    for q in with_progress(dataset.queries, "mine", progress):
+        relevant = relevant_docs(dataset, q.qid)
         if not relevant:
             continue
         result = engine.search(q.text, k=pool, filter=q.filter, config=cfg)
@@ -99,14 +94,14 @@ def feature_rows(
 ) -> tuple[np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.float64]]]:
     """Feature matrix and relevance labels of every reranker candidate of every query."""
     base = config or engine.config
-    cfg = _quiet(base.with_overrides(rerank={"kind": "features", "model": ""}))
+    cfg = quiet_config(base.with_overrides(rerank={"kind": "features", "model": ""}))
     xs: list[list[float]] = []
     ys: list[float] = []
-    for q in _progress(dataset.queries, "features", progress):
-        relevant = _relevant(dataset, q.qid)
+    for q in with_progress(dataset.queries, "features", progress):
+        relevant = relevant_docs(dataset, q.qid)
         if not relevant:
             continue
-        run = engine._retrieve(q.text, k=cfg.rerank.pool, filter=q.filter, preset=None, config=cfg)
+        run = engine.retrieve(q.text, k=cfg.rerank.pool, filter=q.filter, config=cfg)
         docs = engine.store.fetch(list(run.features))
         for ordinal, feats in run.features.items():
             row = docs.get(ordinal)
@@ -134,102 +129,3 @@ def train_features(
         "l2": l2,
     }
     return fit_logistic(x, y, FEATURES, l2=l2, info=info)
-
-
-def abstention_evidence(
-    engine: Engine,
-    dataset: Dataset,
-    config: EngineConfig | None = None,
-    *,
-    limit: int | None = None,
-    seed: int = 0,
-    progress: bool = False,
-) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
-    """Evidence features of each query as is, and with its relevant documents hidden."""
-    cfg = _evidence_config(config or engine.config)
-    queries = [q for q in dataset.queries if _relevant(dataset, q.qid)]
-    if limit is not None and len(queries) > limit:
-        queries = sorted(random.Random(seed).sample(queries, limit), key=lambda q: q.qid)
-    positive: list[dict[str, float]] = []
-    negative: list[dict[str, float]] = []
-    for q in _progress(queries, "evidence", progress):
-        args: dict[str, Any] = {"k": None, "filter": q.filter, "preset": None, "config": cfg}
-        answer, _, _ = engine._ask(q.text, **args)
-        positive.append(answer.evidence)
-        hidden, _, _ = engine._ask(q.text, exclude_docs=sorted(_relevant(dataset, q.qid)), **args)
-        negative.append(hidden.evidence)
-    return positive, negative
-
-
-def unrelated_evidence(
-    engine: Engine,
-    questions: Sequence[str],
-    config: EngineConfig | None = None,
-    *,
-    progress: bool = False,
-) -> list[dict[str, float]]:
-    """Evidence features of questions the corpus cannot answer (another dataset's queries)."""
-    cfg = _evidence_config(config or engine.config)
-    out = []
-    items = [EvalQuery(str(i), q) for i, q in enumerate(questions)]
-    for q in _progress(items, "unrelated", progress):
-        answer, _, _ = engine._ask(q.text, k=None, filter=None, preset=None, config=cfg)
-        out.append(answer.evidence)
-    return out
-
-
-def calibrate(
-    engine: Engine,
-    dataset: Dataset,
-    config: EngineConfig | None = None,
-    *,
-    unrelated: Sequence[str] = (),
-    answer_rate: float | None = 0.9,
-    limit: int | None = None,
-    seed: int = 0,
-    progress: bool = False,
-    evidence: dict[str, Any] | None = None,
-) -> Calibration:
-    """Fit the abstention model: each query as is (answerable) against the same query with its
-    relevant documents hidden, plus ``unrelated`` questions (both unanswerable). ``evidence``,
-    when given, receives the three lists of features."""
-    positive, negative = abstention_evidence(
-        engine, dataset, config, limit=limit, seed=seed, progress=progress
-    )
-    far = unrelated_evidence(engine, unrelated, config, progress=progress)
-    if evidence is not None:
-        evidence.update({"answerable": positive, "hidden": negative, "unrelated": far})
-    info = {
-        "dataset": dataset.name,
-        "split": dataset.split,
-        "queries": len(positive),
-        "unrelated": len(far),
-        "embedder": engine.store.get_meta("embedder"),
-        "negatives": "the same queries with their relevant documents hidden, and unrelated "
-        "questions",
-    }
-    return fit_calibration(positive, [*negative, *far], answer_rate=answer_rate, info=info)
-
-
-def check_calibration(
-    calibration: Calibration,
-    positive: Sequence[dict[str, float]],
-    negative: Sequence[dict[str, float]],
-    unrelated: Sequence[dict[str, float]] = (),
-) -> dict[str, float]:
-    """How a calibration does on queries it was not fit on: share answered when answerable,
-    share abstained with the evidence hidden, and on unrelated questions."""
-
-    def share(items: Sequence[dict[str, float]], answered: bool) -> float:
-        hits = sum((calibration.probability(e) >= calibration.threshold) == answered for e in items)
-        return round(hits / max(len(items), 1), 4)
-
-    out = {
-        "queries": float(len(positive)),
-        "answered_when_answerable": share(positive, True),
-        "abstained_when_evidence_hidden": share(negative, False),
-    }
-    if unrelated:
-        out["unrelated"] = float(len(unrelated))
-        out["abstained_when_unrelated"] = share(unrelated, False)
-    return out

@@ -12,10 +12,9 @@ out through the live mask the engine ANDs into every query. When extra segments 
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,18 +22,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from clew.backends.embedded.files import Origin, Source, load_saved, saving
 from clew.filters import Mask
-from clew.index.files import (
-    LOAD_ERRORS,
-    Origin,
-    Source,
-    data_file,
-    data_path,
-    discarded,
-    publish,
-    read_manifest,
-    staged,
-)
+from clew.index import bm25
+from clew.index.topk import top_k
 from clew.types import LegHit
 
 FORMAT = "clew-bm25/1"
@@ -181,11 +172,10 @@ class BM25Index:
             return None
         scores = np.zeros(size, dtype=np.float32)
         n, total = self._corpus(population)
-        avgdl = total / max(n, 1)
+        avgdl = bm25.average_length(total, n)
         for term, weight in qtf.items():
             tid = self.vocab[term]
-            df = self._df(tid, population)
-            idf = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+            idf = bm25.idf(n, self._df(tid, population))
             for seg in self.segments:
                 rows, tf = seg.postings(tid)
                 if len(rows) == 0:
@@ -193,8 +183,8 @@ class BM25Index:
                 inside = rows < size
                 if not inside.all():
                     rows, tf = rows[inside], tf[inside]
-                norm = k1 * (1.0 - b + b * self.doclen[rows] / avgdl)
-                scores[rows] += np.float32(idf * weight) * (tf * (k1 + 1.0) / (tf + norm))
+                norm = bm25.length_norms(self.doclen[rows], avgdl, k1, b)
+                scores[rows] += bm25.term_scores(idf, weight, tf, norm, k1)
         return scores
 
     def idf(self, term: str, population: Mask | None = None) -> float:
@@ -203,7 +193,7 @@ class BM25Index:
         tid = self.vocab.get(term)
         df = 0.0 if tid is None else self._df(tid, population)
         n, _ = self._corpus(population)
-        return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+        return bm25.idf(n, df)
 
     def _corpus(self, population: Mask | None) -> tuple[int, float]:
         """Chunk count and total length of the population (None: the whole index)."""
@@ -253,46 +243,37 @@ class BM25Index:
             arrays[f"rows{i}"] = seg.rows
             arrays[f"tfs{i}"] = seg.tfs
         terms = sorted(self.vocab, key=self.vocab.__getitem__)
-        meta = {
-            "format": FORMAT,
-            "release": self.release,
+        fields = {
             "last_ordinal": self.last_ordinal,
             "n_docs": self.n_docs,
             "total_len": self.total_len,
             "analyzer": self.analyzer,
             "segments": len(self.segments),
-            "origin": None if origin is None else origin.to_json(),
         }
-        with staged(directory, "lexical") as stamp:
-            np.savez(data_path(directory, "lexical", stamp, ".npz"), **arrays)  # type: ignore[arg-type]
-            data_path(directory, "lexical", stamp, ".terms").write_text(
-                "\n".join(terms), encoding="utf-8"
-            )
-            publish(directory, "lexical", stamp, meta)
+        with saving(directory, "lexical", FORMAT, self.release, fields, origin) as path:
+            np.savez(path(".npz"), **arrays)  # type: ignore[arg-type]
+            path(".terms").write_text("\n".join(terms), encoding="utf-8")
 
     @classmethod
     def load(cls, directory: Path, *, source: Source | None = None) -> BM25Index | None:
         """The saved index, or None when it is missing, torn, damaged, inconsistent or (given
         ``source``) not derived from that store at a release it has (then rebuild); see
-        :func:`clew.index.files.read_manifest`."""
-        meta = read_manifest(directory, "lexical", FORMAT, source=source)
-        if meta is None:
-            return None
-        try:
-            idx = cls._load(directory, meta)
-        except LOAD_ERRORS as exc:
-            discarded(directory / "lexical.json", f"its files do not load ({exc!r})")
-            return None
-        if idx is None:
-            discarded(directory / "lexical.json", "its arrays do not fit together")
-        return idx
+        :func:`clew.backends.embedded.files.read_manifest`."""
+        return load_saved(
+            directory,
+            "lexical",
+            FORMAT,
+            cls._load,
+            source=source,
+            misfit="its arrays do not fit together",
+        )
 
     @classmethod
-    def _load(cls, directory: Path, meta: dict[str, Any]) -> BM25Index | None:
+    def _load(cls, meta: dict[str, Any], file: Callable[[str], Path]) -> BM25Index | None:
         n_segments = int(meta["segments"])
-        with np.load(data_file(directory, meta, "lexical", ".npz")) as data:
+        with np.load(file(".npz")) as data:
             arrays = {key: data[key] for key in data.files}
-        terms = data_file(directory, meta, "lexical", ".terms").read_text(encoding="utf-8")
+        terms = file(".terms").read_text(encoding="utf-8")
         idx = cls()
         lines = terms.split("\n") if terms else []
         idx.vocab = {t: i for i, t in enumerate(lines)}
@@ -318,18 +299,3 @@ class BM25Index:
             ):
                 return None
         return idx
-
-
-def top_k(scores: npt.NDArray[np.float32], k: int) -> list[LegHit]:
-    """Positive scores only, ordered by (score desc, ordinal asc)."""
-    candidates = np.flatnonzero(scores > 0)
-    if len(candidates) == 0:
-        return []
-    if len(candidates) > k:
-        part = np.argpartition(-scores[candidates], k - 1)[:k]
-        kth = scores[candidates[part]].min()
-        # keep every tie at the boundary so the order below is by ordinal, not by partition
-        candidates = candidates[scores[candidates] >= kth]
-    order = np.lexsort((candidates, -scores[candidates]))[:k]
-    chosen = candidates[order]
-    return [LegHit(int(o), float(scores[o])) for o in chosen]

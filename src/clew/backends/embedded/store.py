@@ -13,17 +13,18 @@ writes raise :class:`StoreError` saying why. ``read_only=True`` asks for that ex
 
 Integrity. A store gets a random ``store_id`` (a ``meta`` row) when it is created, or on the
 first open by a writer of a store made before ids existed; derived index manifests record it,
-with the release they reflect and that release's commit time (:class:`clew.index.files.Origin`),
-so a derived file of another store, or of another history of this one, is never used. The same
-records are what detects a store that lost committed releases (its ``-wal`` truncated or
-deleted, or the database replaced by an older copy): on open, a store behind the release that a
-derived manifest of the same store reflects, or with no data at all while a manifest reflects a
-committed release, is a :class:`StoreError` and nothing is written. It is an error rather than a
-warning because serving, and then writing on top of, the older release would make the loss
-silent and permanent (new commits would reuse the lost release numbers). Manifests are saved
-only after the release they record has committed, and are read here before the store, so a
-concurrent writer never causes a false alarm. What it cannot see is a loss of releases
-committed after the last derived save (a process stopped between its commit and its refresh).
+with the release they reflect and that release's commit time
+(:class:`clew.backends.embedded.files.Origin`), so a derived file of another store, or of
+another history of this one, is never used. The same records are what detects a store that lost
+committed releases (its ``-wal`` truncated or deleted, or the database replaced by an older
+copy): on open, a store behind the release that a derived manifest of the same store reflects,
+or with no data at all while a manifest reflects a committed release, is a :class:`StoreError`
+and nothing is written. It is an error rather than a warning because serving, and then writing
+on top of, the older release would make the loss silent and permanent (new commits would reuse
+the lost release numbers). Manifests are saved only after the release they record has committed,
+and are read here before the store, so a concurrent writer never causes a false alarm. What it
+cannot see is a loss of releases committed after the last derived save (a process stopped
+between its commit and its refresh).
 
 Commits run with ``synchronous=FULL`` (the WAL is fsynced at every commit; a process crash alone
 never loses a WAL commit, a power loss under NORMAL may), so a power loss cannot lose a release
@@ -59,8 +60,8 @@ from urllib.parse import quote
 import numpy as np
 import numpy.typing as npt
 
+from clew.backends.embedded.files import Origin, recorded_origins
 from clew.errors import IndexNotFoundError, StoreError
-from clew.index.files import Origin, recorded_origins
 from clew.protocols import ChunkRow, DocumentRecord, GraphRows, Matrix
 
 log = logging.getLogger(__name__)

@@ -9,27 +9,17 @@ exact search, with and without filters.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from clew.backends.embedded.lexical import top_k
+from clew.backends.embedded.files import Origin, Source, load_saved, saving
 from clew.config import DenseConfig
 from clew.filters import Mask
-from clew.index.files import (
-    LOAD_ERRORS,
-    Origin,
-    Source,
-    data_file,
-    data_path,
-    discarded,
-    publish,
-    read_manifest,
-    staged,
-)
+from clew.index.topk import top_k
 from clew.types import LegHit
 
 FORMAT = "clew-vectors/1"
@@ -148,27 +138,20 @@ class VectorIndex:
     def save(self, directory: Path, origin: Origin | None = None) -> None:
         """Save under a sealed manifest; ``origin``: the store release this index reflects
         (a load checked against the store rejects a manifest without it)."""
-        meta = {
-            "format": FORMAT,
-            "release": self.release,
+        fields = {
             "last_ordinal": self.last_ordinal,
             "count": self.count,
             "dim": self.dim,
             "model": self.model,
             "hnsw_rows": self._hnsw_rows if self.hnsw is not None else 0,
             "hnsw_m": self.config.hnsw_m,
-            "origin": None if origin is None else origin.to_json(),
         }
-        with staged(directory, "vectors") as stamp:
-            np.save(
-                data_path(directory, "vectors", stamp, ".npy"),
-                self.matrix[: self.last_ordinal + 1],
-            )
+        with saving(directory, "vectors", FORMAT, self.release, fields, origin) as path:
+            np.save(path(".npy"), self.matrix[: self.last_ordinal + 1])
             if self.hnsw is not None:
                 import faiss
 
-                faiss.write_index(self.hnsw, str(data_path(directory, "vectors", stamp, ".hnsw")))
-            publish(directory, "vectors", stamp, meta)
+                faiss.write_index(self.hnsw, str(path(".hnsw")))
 
     @classmethod
     def load(
@@ -176,30 +159,28 @@ class VectorIndex:
     ) -> VectorIndex | None:
         """The saved index, or None when it is missing, torn, damaged, inconsistent, built with
         other HNSW settings or (given ``source``) not derived from that store at a release it
-        has (then rebuild); see :func:`clew.index.files.read_manifest`."""
-        meta = read_manifest(directory, "vectors", FORMAT, source=source)
-        if meta is None:
+        has (then rebuild); see :func:`clew.backends.embedded.files.read_manifest`."""
+
+        def other_settings(meta: dict[str, Any]) -> str | None:
+            if meta.get("hnsw_m") != config.hnsw_m:
+                return f"built with hnsw_m={meta.get('hnsw_m')!r}, configured {config.hnsw_m}"
             return None
-        if meta.get("hnsw_m") != config.hnsw_m:
-            discarded(
-                directory / "vectors.json",
-                f"built with hnsw_m={meta.get('hnsw_m')!r}, configured {config.hnsw_m}",
-            )
-            return None
-        try:
-            idx = cls._load(directory, config, meta)
-        except LOAD_ERRORS as exc:
-            discarded(directory / "vectors.json", f"its files do not load ({exc!r})")
-            return None
-        if idx is None:
-            discarded(directory / "vectors.json", "its arrays do not fit together")
-        return idx
+
+        return load_saved(
+            directory,
+            "vectors",
+            FORMAT,
+            lambda meta, file: cls._load(config, meta, file),
+            source=source,
+            misfit="its arrays do not fit together",
+            refuse=other_settings,
+        )
 
     @classmethod
     def _load(
-        cls, directory: Path, config: DenseConfig, meta: dict[str, Any]
+        cls, config: DenseConfig, meta: dict[str, Any], file: Callable[[str], Path]
     ) -> VectorIndex | None:
-        matrix = np.load(data_file(directory, meta, "vectors", ".npy"))
+        matrix = np.load(file(".npy"))
         idx = cls(int(meta["dim"]), config)
         idx.matrix = np.ascontiguousarray(matrix, dtype=np.float32)
         idx.count = int(meta["count"])
@@ -213,7 +194,7 @@ class VectorIndex:
         if meta.get("hnsw_rows"):
             import faiss
 
-            idx.hnsw = faiss.read_index(str(data_file(directory, meta, "vectors", ".hnsw")))
+            idx.hnsw = faiss.read_index(str(file(".hnsw")))
             idx._hnsw_rows = int(meta["hnsw_rows"])
             if idx.hnsw.ntotal != idx._hnsw_rows or idx.hnsw.d != idx.dim:
                 return None

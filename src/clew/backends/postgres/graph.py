@@ -48,8 +48,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,8 +57,9 @@ import numpy.typing as npt
 import psycopg
 from psycopg import sql
 
+from clew.backends.postgres.store import Connect
 from clew.config import GraphConfig
-from clew.index.graph import GraphIndex, LinkedConcept, _edit_distance_le1
+from clew.index.graph import GraphIndex, LinkedConcept, edit_distance_le1
 from clew.ingest.analyze import STOP_WORDS, concept_key, words
 from clew.ingest.concepts import find_identifiers
 from clew.protocols import GraphRows
@@ -67,7 +67,6 @@ from clew.types import GraphTrail, LegHit
 
 __all__ = ["PgGraph"]
 
-Connect = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
 Where = sql.Composable | None
 
 _WEIGHT = "(1.0::float8 + ln(greatest(m.count, 1)::float8))"
@@ -294,7 +293,7 @@ class PgGraph:
                 candidates = self._fuzzy_candidates(conn, todo)
                 for q in todo:
                     for concept in candidates:
-                        if _edit_distance_le1(q, concept[1]):
+                        if edit_distance_le1(q, concept[1]):
                             add(concept, "fuzzy")
         return sorted(found.values(), key=lambda c: (-c.weight, c.key))
 

@@ -15,9 +15,31 @@ Differences from SQLite, on purpose:
   (pg_search) reads it with a whitespace tokenizer, so both backends score the same terms.
 - ``chunks.embedding`` is ``vector`` without a dimension until the first write fixes it (the
   HNSW index needs one): ``dimension_ddl`` gives the statements.
+
+:func:`bootstrap` is how :class:`~clew.backends.postgres.store.PostgresStore` opens an index: it
+checks the extensions, creates the schema if asked, and applies the missing migrations.
 """
 
 from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+
+from clew.errors import IndexNotFoundError, StoreError
+
+log = logging.getLogger(__name__)
+
+Conn = psycopg.Connection[Any]
+
+_EXTENSION_LOCK = int.from_bytes(hashlib.blake2b(b"clew:extensions", digest_size=8).digest(), "big")
+_EXTENSION_LOCK -= 1 << 63
 
 EXTENSIONS = {
     "vector": "pgvector >= 0.8 (https://github.com/pgvector/pgvector)",
@@ -125,3 +147,170 @@ def dimension_ddl(dim: int) -> list[str]:
         "CREATE INDEX chunks_hnsw ON chunks USING hnsw (embedding vector_ip_ops) "
         "WITH (m = 16, ef_construction = 64)",
     ]
+
+
+def lock_key(schema: str) -> int:
+    """The advisory lock that serializes writes (and migrations) to the index in ``schema``."""
+    digest = hashlib.blake2b(f"clew:write:{schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") - (1 << 63)
+
+
+def _parse_version(text: str | None) -> tuple[int, ...]:
+    out = []
+    for part in (text or "").split("."):
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        out.append(int(digits.group()))
+    return tuple(out)
+
+
+def bootstrap(
+    conninfo: str,
+    schema: str,
+    where: str,
+    *,
+    create: bool,
+    read_only_reason: str | None,
+    lock: int,
+    scrub: Callable[[BaseException], str],
+) -> None:
+    """Bring the index in ``schema`` to the current version on its own connection: nothing if
+    it is current, else (holding the extension lock and the index's write ``lock``) check the
+    extensions and apply the missing migrations, creating the schema if ``create``. ``where``
+    names the server in messages; ``scrub`` takes the password out of a database error."""
+    try:
+        conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise StoreError(
+            f"cannot connect to PostgreSQL ({where}): {scrub(exc)}; check that the "
+            "server is running and the URL (host, port, database, user) is right"
+        ) from None
+    try:
+        with conn:
+            if _schema_version(conn, schema) == len(MIGRATIONS):
+                return  # current: nothing to lock or change
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_EXTENSION_LOCK,))
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
+                _migrate(conn, schema, where, create, read_only_reason)
+    except StoreError:
+        raise
+    except psycopg.Error as exc:
+        raise StoreError(f"cannot open the index {schema!r} ({where}): {scrub(exc)}") from None
+
+
+def _schema_version(conn: Conn, schema: str) -> int | None:
+    """The schema's migration version (0: schema without tables); None: no such schema."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s), "
+        "to_regclass(format('%%I.clew_migrations', %s::text)) IS NOT NULL",
+        (schema, schema),
+    ).fetchone()
+    assert row is not None
+    if not row[0]:
+        return None
+    if not row[1]:
+        return 0
+    found = conn.execute(
+        sql.SQL("SELECT COALESCE(MAX(version), 0) FROM {}.clew_migrations").format(
+            sql.Identifier(schema)
+        )
+    ).fetchone()
+    return int(found[0]) if found else 0
+
+
+def _migrate(
+    conn: Conn, schema: str, where: str, create: bool, read_only_reason: str | None
+) -> None:
+    version = _schema_version(conn, schema)
+    known = len(MIGRATIONS)
+    how = (
+        f"create it with PostgresStore(url, schema={schema!r}, create=True) "
+        "(the CLI creates it on the first ingest)"
+    )
+    if version is None and not create:
+        raise IndexNotFoundError(f"no clew index in schema {schema!r} ({where}); {how}")
+    if version == 0:
+        tables = conn.execute(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm')",
+            (schema,),
+        ).fetchone()
+        if tables and tables[0]:
+            raise StoreError(
+                f"schema {schema!r} ({where}) holds tables but no clew index "
+                "(no clew_migrations table); choose another schema"
+            )
+        if not create:
+            raise IndexNotFoundError(f"schema {schema!r} ({where}) holds no clew index yet; {how}")
+    current = version or 0
+    if current > known:
+        raise StoreError(
+            f"the index {schema!r} ({where}) is at schema version {current}, newer "
+            f"than this clew knows (allowed: up to {known}); upgrade clew"
+        )
+    if current == known:
+        return
+    if read_only_reason is not None:
+        raise StoreError(
+            f"the index {schema!r} ({where}) is at schema version {current} and "
+            f"needs migrating to {known}; open it once without read_only"
+        )
+    _ensure_extensions(conn, where)
+    ident = sql.Identifier(schema)
+    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+    conn.execute(sql.SQL("SET LOCAL search_path = {}, public").format(ident))
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS clew_migrations (version integer PRIMARY KEY, "
+        "applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    for v in range(current, known):
+        conn.execute(MIGRATIONS[v])
+        conn.execute("INSERT INTO clew_migrations(version) VALUES (%s)", (v + 1,))
+        log.info("index %s: applied migration %d", schema, v + 1)
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES ('schema_version', %s) "
+        "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+        (str(known),),
+    )
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES ('release', '0') ON CONFLICT (key) DO NOTHING"
+    )
+
+
+def _ensure_extensions(conn: Conn, server: str) -> None:
+    rows = conn.execute(
+        "SELECT name, default_version, installed_version FROM pg_available_extensions "
+        "WHERE name = ANY(%s)",
+        (list(EXTENSIONS),),
+    ).fetchall()
+    found = {str(r[0]): (r[1], r[2]) for r in rows}
+    for name, where in EXTENSIONS.items():
+        need = ".".join(map(str, MIN_VERSIONS.get(name, ())))
+        if name not in found:
+            raise StoreError(
+                f"PostgreSQL extension {name!r} is not available on the server ({server}); "
+                f"clew needs {where} (minimum version {need}); install it on the server, "
+                f"then run `CREATE EXTENSION {name};` or let clew create it"
+            )
+        default, installed = found[name]
+        version = installed or default
+        if _parse_version(version) < MIN_VERSIONS.get(name, ()):
+            action = f"ALTER EXTENSION {name} UPDATE;" if installed else "upgrade it"
+            raise StoreError(
+                f"PostgreSQL extension {name!r} is version {version} on the server "
+                f"({server}); clew needs {where} (minimum version {need}): {action}"
+            )
+        if installed is None:
+            try:
+                with conn.transaction():
+                    conn.execute(
+                        sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(name))
+                    )
+            except pg_errors.InsufficientPrivilege:
+                raise StoreError(
+                    f"cannot create the PostgreSQL extension {name!r} ({server}): "
+                    f"permission denied; ask an administrator to run `CREATE EXTENSION "
+                    f"{name};` in this database (clew needs {where}, minimum version {need})"
+                ) from None

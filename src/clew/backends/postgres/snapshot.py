@@ -12,25 +12,31 @@ state and only when a query walks it (PageRank, expansion, feature reranking:
 
 from __future__ import annotations
 
+import json
 import math
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from clew.config import DenseConfig
+from clew.cache import Lru
+from clew.config import DenseConfig, GraphConfig, LexicalConfig
 from clew.errors import FilterError
 from clew.filters import Eq, Mask, Node, fields_of
+from clew.protocols import ChunkRow, Matrix, ScopeStats, Where
+from clew.types import LegHit
 
 if TYPE_CHECKING:
     from psycopg import sql
 
-    from clew.backends.postgres.legs import CorpusStats, Population
+    from clew.backends.postgres.lexical import CorpusStats, Population
     from clew.backends.postgres.store import PostgresStore
+    from clew.index.graph import GraphIndex, LinkedConcept
 
-__all__ = ["ChunkKeys", "SqlLegs"]
+__all__ = ["ChunkKeys", "PgSnapshot", "SqlLegs", "SqlWhere"]
 
 _KEYS_CACHED = 500_000
 """Chunk keys kept in memory per engine (ordinals are never reused, so they stay valid)."""
@@ -92,7 +98,8 @@ class SqlLegs:
     snapshot's release."""
 
     def __init__(self, store: PostgresStore, release: int, dense: DenseConfig, graph: Any) -> None:
-        from clew.backends.postgres.legs import PgLexical, PgVector
+        from clew.backends.postgres.lexical import PgLexical
+        from clew.backends.postgres.vector import PgVector
 
         self.store = store
         self.release = release
@@ -140,11 +147,11 @@ class SqlLegs:
         unknown = [f for f in wanted if f not in known]
         if not unknown:
             return
-        from clew.filters import _clip
+        from clew.filters import clip_text
 
         everything = sorted(self._fields_in(scope, None)[1])
         more = f" and {len(everything) - 50} more" if len(everything) > 50 else ""
-        shown = [_clip(f, 40) for f in unknown[:10]]
+        shown = [clip_text(f, 40) for f in unknown[:10]]
         raise FilterError(
             f"filter field(s) {shown}{' …' if len(unknown) > 10 else ''} appear in no "
             f"document; known fields: {', '.join(everything[:50]) or '(none)'}{more}"
@@ -297,7 +304,7 @@ class SqlLegs:
     def population(self, key: str, where: sql.Composable) -> tuple[Population, CorpusStats]:
         """A caller's scope as the population of BM25's statistics, with its chunk count and
         total length (one scan per scope and release; ``key`` names the predicate)."""
-        from clew.backends.postgres.legs import PgLexical, Population
+        from clew.backends.postgres.lexical import PgLexical, Population
 
         with self._lock:
             cached = self._populations.get(key)
@@ -332,3 +339,224 @@ class SqlLegs:
                 terms, ordinals, k1=k1, b=b, stats=scoped[1], within=scoped[0]
             )
         return self.lexical.scores_of(terms, ordinals, k1=k1, b=b, stats=self.stats)
+
+
+@dataclass(frozen=True, slots=True)
+class SqlWhere:
+    """A compiled filter of the PostgreSQL backend: one SQL predicate over ``chunks AS c``,
+    and the key that names it in the per-release caches of :class:`SqlLegs`."""
+
+    key: str
+    sql: Any
+    filtered: bool
+
+
+def _json(node: Node | None) -> str | None:
+    from clew.filters import to_json
+
+    return None if node is None else json.dumps(to_json(node), sort_keys=True)
+
+
+@dataclass(slots=True)
+class PgSnapshot:
+    """One release of a PostgreSQL index: the release and its live chunks; the legs run in the
+    database (:class:`SqlLegs`), and no derived index is copied into memory except the graph,
+    loaded by the graph leg when a query first walks it."""
+
+    release: int
+    live: Mask
+    store: PostgresStore
+    keys: ChunkKeys
+    sql: SqlLegs
+    _build: Callable[[str], Any]
+    """Builds an in-memory lexical or vector index from the store (only if something asks)."""
+    _lexical: Any = None
+    _vector: Any = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _memories: bool | None = None
+    _stats: Lru[str, ScopeStats] = field(default_factory=lambda: Lru(16))
+
+    @property
+    def graph_index(self) -> GraphIndex:
+        """The graph leg's in-memory graph, loaded once per graph state."""
+        return self.sql.graph.index()  # type: ignore[no-any-return]
+
+    def _lazy(self, name: str) -> Any:
+        with self._lock:
+            current = getattr(self, "_" + name)
+            if current is None:
+                current = self._build(name)
+                setattr(self, "_" + name, current)
+            return current
+
+    @property
+    def lexical_index(self) -> Any:
+        """An in-memory BM25 index built from the database on first use (the query path never
+        asks for it)."""
+        return self._lexical if self._lexical is not None else self._lazy("lexical")
+
+    @property
+    def vector_index(self) -> Any:
+        """An in-memory vector index, as :attr:`lexical_index`."""
+        return self._vector if self._vector is not None else self._lazy("vector")
+
+    # -- the filter --------------------------------------------------------------------------
+
+    def where(
+        self, filter: Node | None, scope: Node | None, exclude_docs: Sequence[str] = ()
+    ) -> SqlWhere:
+        self.sql.check_fields(filter, scope)
+        key = json.dumps([_json(filter), _json(scope), sorted(exclude_docs)])
+        filtered = filter is not None or scope is not None or bool(exclude_docs)
+        return SqlWhere(key, self.sql.where(filter, scope, exclude_docs), filtered)
+
+    def mask(self, where: Where) -> Mask:
+        assert isinstance(where, SqlWhere)
+        if not where.filtered:
+            return self.live
+        return self.sql.mask(where.key, where.sql, self.live)
+
+    def scope_stats(self, scope_json: str | None) -> ScopeStats | None:
+        """As the embedded snapshot's, with the scope evaluated by the database."""
+        if scope_json is None:
+            return None
+        cached = self._stats.get(scope_json)
+        if cached is not None:
+            return cached
+        from clew.filters import parse_filter
+
+        node = parse_filter(scope_json)
+        key = json.dumps([None, scope_json, []])
+        where = self.sql.where(None, node)
+        population = self.sql.mask(key, where, self.live)
+        pg = self.sql.population(key, where)
+        stats = ScopeStats(population, self.graph_index.stats(population), pg)
+        self._stats.put(scope_json, stats)
+        return stats
+
+    # -- the legs ----------------------------------------------------------------------------
+
+    def _in_release(self, hits: list[LegHit]) -> list[LegHit]:
+        live = self.live
+        return [h for h in hits if h.ordinal < len(live) and live[h.ordinal]]
+
+    def link(
+        self, query: str, cfg: GraphConfig, where: Where, stats: ScopeStats | None
+    ) -> list[LinkedConcept]:
+        assert isinstance(where, SqlWhere)
+        if stats is not None:
+            # a scoped caller's graph numbers come from the in-memory graph over its scope
+            g = self.graph_index
+            linked = g.link(query, fuzzy=cfg.fuzzy, word_weight=cfg.word_weight, stats=stats.graph)
+            return g.within(linked, self.sql.mask(where.key, where.sql, self.live))
+        linked = self.sql.graph.link(query, fuzzy=cfg.fuzzy, word_weight=cfg.word_weight)
+        if where.filtered:
+            linked = self.sql.graph.within(linked, where.sql)
+        return linked  # type: ignore[no-any-return]
+
+    def lexical(
+        self, terms: Mapping[str, float], where: Where, cfg: LexicalConfig, stats: ScopeStats | None
+    ) -> list[LegHit]:
+        assert isinstance(where, SqlWhere)
+        sl = self.sql
+        return self._in_release(
+            sl.lexical.search(
+                terms,
+                where.sql,
+                cfg.depth,
+                k1=cfg.k1,
+                b=cfg.b,
+                stats=sl.stats if stats is None else stats.sql[1],
+                allowed_share=sl.share(where.key, where.sql) if where.filtered else None,
+                within=None if stats is None else stats.sql[0],
+            )
+        )
+
+    def dense(self, vector: Matrix, where: Where, k: int) -> list[LegHit]:
+        assert isinstance(where, SqlWhere)
+        return self._in_release(self.sql.vector.search(vector, where.sql, k))
+
+    def graph(
+        self,
+        query: str,
+        where: Where,
+        cfg: GraphConfig,
+        linked: Sequence[LinkedConcept],
+        stats: ScopeStats | None,
+    ) -> list[LegHit]:
+        assert isinstance(where, SqlWhere)
+        if stats is not None:
+            in_scope = self.sql.mask(where.key, where.sql, self.live)
+            return self._in_release(
+                self.graph_index.search(
+                    query, in_scope, cfg.depth, cfg, list(linked), stats=stats.graph
+                )
+            )
+        sl = self.sql
+        return self._in_release(
+            sl.graph.search(
+                query,
+                where.sql,
+                cfg.depth,
+                cfg,
+                linked,
+                allowed=sl.ordinals(where.key, where.sql) if where.filtered else None,
+            )
+        )
+
+    # -- what later stages read ---------------------------------------------------------------
+
+    def load_keys(self, ordinals: Iterable[int]) -> None:
+        """Read the keys of these ordinals in one query."""
+        self.keys.load(list(ordinals))
+
+    def rows(self, ordinals: Sequence[int]) -> dict[int, ChunkRow]:
+        return self.store.fetch(ordinals)
+
+    def idf(self, terms: Sequence[str], stats: ScopeStats | None) -> dict[str, float]:
+        return self.sql.idf(terms, None if stats is None else stats.sql)
+
+    def cosines(self, ordinals: npt.NDArray[np.int64], vector: Matrix) -> npt.NDArray[np.float64]:
+        cos = np.zeros(len(ordinals))
+        vectors = self.sql.vector.vectors_of(ordinals.tolist())
+        for i, o in enumerate(ordinals.tolist()):
+            if o in vectors:
+                cos[i] = float(vectors[o] @ vector)
+        return cos
+
+    def bm25(
+        self,
+        terms: Mapping[str, float],
+        ordinals: npt.NDArray[np.int64],
+        cfg: LexicalConfig,
+        stats: ScopeStats | None,
+    ) -> npt.NDArray[np.float64]:
+        scores = self.sql.bm25_of(
+            terms, ordinals.tolist(), cfg.k1, cfg.b, None if stats is None else stats.sql
+        )
+        # rounded to float32, as the embedded index keeps its scores
+        bm25 = np.asarray([scores.get(o, 0.0) for o in ordinals.tolist()], dtype=np.float32)
+        return bm25.astype(np.float64)
+
+    def vectors(self, ordinals: Sequence[int]) -> dict[int, Matrix]:
+        return self.sql.vector.vectors_of(list(ordinals))
+
+    def created(
+        self, ordinals: Sequence[int], memories: bool
+    ) -> Mapping[int, tuple[float, bool]] | None:
+        from clew.memory import MEMORY_KIND
+
+        return self.sql.recency_of(ordinals, MEMORY_KIND)
+
+    def has_memories(self) -> bool:
+        if self._memories is None:
+            from clew.memory import MEMORY_SOURCE
+
+            self._memories = self.store.has_source(MEMORY_SOURCE)
+        return self._memories
+
+    def visible(self, ordinals: Sequence[int], scope: Node | None) -> bool:
+        return self.sql.visible(ordinals, scope)
+
+    def uses_hnsw(self, dense: DenseConfig) -> bool:
+        return bool(self.live.sum() >= dense.hnsw_min_chunks)

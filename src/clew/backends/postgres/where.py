@@ -35,7 +35,7 @@ from typing import Any
 
 from psycopg import sql
 
-from clew.filters import And, Eq, In, Node, Not, Range, Scalar, _finite
+from clew.filters import And, Eq, In, Node, Not, Range, Scalar, finite_float
 
 TRUE = sql.SQL("TRUE")
 FALSE = sql.SQL("FALSE")
@@ -125,7 +125,7 @@ class _Compiler:
                 doc = sql.Literal(f"{{{key}: {shape}}}")
                 arms.append(sql.SQL("{} @> {}::jsonb").format(self.metadata, doc))
             if isinstance(v, int | float) and not isinstance(v, bool):
-                number = _finite(v)
+                number = finite_float(v)
                 if number is not None and abs(number) >= _EXACT_INT:
                     arms.append(self.float_equal(field, number))
         if not arms:
@@ -195,7 +195,7 @@ def _json_scalar(value: Any) -> str | None:
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     if isinstance(value, int | float):
-        number = _finite(value)
+        number = finite_float(value)
         if number is not None:
             return repr(number) if math.isfinite(number) else None
         if isinstance(value, int):  # beyond float range: only the same integer matches

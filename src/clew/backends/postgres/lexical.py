@@ -1,9 +1,9 @@
-"""The lexical and dense legs in PostgreSQL: BM25 through pg_search, HNSW through pgvector.
+"""The lexical leg in PostgreSQL: BM25 through pg_search.
 
-Both take the access filter as a compiled predicate over ``chunks AS c``
-(:func:`clew.backends.postgres.where.compile_filter`) and apply it inside the query, before the
-top-k, so a
-hidden chunk never enters a candidate list, like the embedded legs' masks.
+It takes the access filter as a compiled predicate over ``chunks AS c``
+(:func:`clew.backends.postgres.where.compile_filter`) and applies it inside the query, before
+the top-k, so a hidden chunk never enters a candidate list, like the embedded leg's mask (the
+dense leg does the same: :mod:`clew.backends.postgres.vector`).
 
 BM25 parameters. pg_search 0.21 scores with tantivy's fixed ``k1 = 1.2, b = 0.75`` and
 one-byte quantized field lengths; its index options accept no ``k1``/``b`` (unknown keys are
@@ -40,18 +40,16 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
-import numpy.typing as npt
 import psycopg
 from psycopg import sql
 
+from clew.backends.postgres.store import Connect
+from clew.index import bm25
 from clew.types import LegHit
 
-Connect = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
 Scoring = Literal["exact", "native", "rescore"]
 
 
@@ -78,7 +76,7 @@ class CorpusStats:
 
     @property
     def avgdl(self) -> float:
-        return self.total_len / max(self.n_docs, 1)
+        return bm25.average_length(self.total_len, self.n_docs)
 
 
 _TERMS = sql.SQL("(SELECT array_agg(paradedb.term('tokens', t)) FROM unnest({}::text[]) AS u(t))")
@@ -97,7 +95,9 @@ GROUP BY cand.ordinal
 ORDER BY score DESC, cand.ordinal
 LIMIT {k}
 """
-"""The engine's BM25 of the chunks in ``cand`` (ordinal, tokens as an array)."""
+"""The engine's BM25 of the chunks in ``cand`` (ordinal, tokens as an array): the per-term
+score of :func:`clew.index.bm25.term_score` (saturation over the length norm) spelled out in SQL,
+with ``q.iw`` the query weight times :func:`clew.index.bm25.idf`, computed in Python."""
 
 _EXACT = (
     """
@@ -237,7 +237,7 @@ class PgLexical:
         with self.connect() as conn:
             df = self.doc_freqs(conn, usable, within)
         n = stats.n_docs
-        return {t: math.log(1.0 + (n - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)) for t in terms}
+        return {t: bm25.idf(n, df.get(t, 0)) for t in terms}
 
     def scores_of(
         self,
@@ -261,18 +261,14 @@ class PgLexical:
             ).fetchall()
             df = self.doc_freqs(conn, list(weighted), within) if weighted else {}
         n, avgdl = stats.n_docs, max(stats.avgdl, 1e-9)
-        idf = {
-            t: math.log(1.0 + (n - df[t] + 0.5) / (df[t] + 0.5))
-            for t in weighted
-            if df.get(t, 0) > 0
-        }
+        idf = {t: bm25.idf(n, df[t]) for t in weighted if df.get(t, 0) > 0}
         out: dict[int, float] = {}
         for ordinal, text in rows:
             toks = text.split()
             tf = Counter(t for t in toks if t in idf)
-            norm = k1 * (1.0 - b + b * len(toks) / avgdl)
+            norm = bm25.length_norm(len(toks), avgdl, k1, b)
             out[int(ordinal)] = float(
-                sum(idf[t] * weighted[t] * (f * (k1 + 1.0) / (f + norm)) for t, f in tf.items())
+                sum(bm25.term_score(idf[t], weighted[t], f, norm, k1) for t, f in tf.items())
             )
         return out
 
@@ -352,7 +348,7 @@ class PgLexical:
         if stats is None:
             stats = self.corpus_stats(conn, None if within is None else within.where)
         n = stats.n_docs
-        iw = [weighted[t] * math.log(1.0 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in present]
+        iw = [weighted[t] * bm25.idf(n, df[t]) for t in present]
         query = sql.SQL(_EXACT).format(
             terms=sql.Literal(present),
             iw=sql.Literal(iw),
@@ -444,81 +440,3 @@ def _with_fallback(
         if "Unsupported query shape" not in str(exc):
             raise
     return conn.execute(wrap(sql.SQL(_NATIVE_OUTSIDE).format(**args))).fetchall()
-
-
-class PgVector:
-    """Inner-product search over ``chunks.embedding`` (score = inner product).
-
-    When the filter allows at most ``exact_max_allowed`` chunks (counted, up to that bound), the
-    allowed rows are scanned exactly; otherwise the HNSW index is walked with
-    ``hnsw.iterative_scan = relaxed_order`` (the filter inside the walk, which goes on until k
-    allowed rows are found or ``max_scan_tuples`` are visited) and the hits are re-sorted."""
-
-    def __init__(
-        self,
-        connect: Connect,
-        *,
-        ef_search: int = 100,
-        exact_max_allowed: int = 5000,
-        max_scan_tuples: int = 20_000,
-    ) -> None:
-        if not 1 <= ef_search <= 1000:
-            raise ValueError(f"ef_search={ef_search!r} is invalid; allowed: 1..1000")
-        self.connect = connect
-        self.ef_search = ef_search
-        self.exact_max_allowed = exact_max_allowed
-        self.max_scan_tuples = max_scan_tuples
-
-    def allowed_upto(self, conn: psycopg.Connection[Any], where: sql.Composable) -> int:
-        """How many chunks ``where`` allows, counted up to ``exact_max_allowed + 1``."""
-        query = sql.SQL(
-            "SELECT count(*) FROM (SELECT 1 FROM chunks AS c WHERE {} LIMIT {}) AS s"
-        ).format(where, sql.Literal(self.exact_max_allowed + 1))
-        row = conn.execute(query).fetchone()
-        return int(row[0]) if row else 0
-
-    def vectors_of(self, ordinals: Sequence[int]) -> dict[int, npt.NDArray[np.float32]]:
-        """The stored embedding of each given chunk (absent: no such chunk)."""
-        wanted = sorted({int(o) for o in ordinals})
-        if not wanted:
-            return {}
-        with self.connect() as conn, conn.cursor(binary=True) as cur:
-            rows = cur.execute(
-                "SELECT ordinal, embedding FROM chunks WHERE ordinal = ANY(%s)", (wanted,)
-            ).fetchall()
-        return {int(o): np.asarray(v.to_numpy(), dtype=np.float32) for o, v in rows}
-
-    def search(
-        self, vector: npt.ArrayLike, where: sql.Composable, k: int, *, exact: bool | None = None
-    ) -> list[LegHit]:
-        """Top-k allowed chunks by inner product (score desc, ordinal asc). ``exact``: force
-        (True) or forbid (False) the exact scan; None decides by the allowed count."""
-        if k <= 0:
-            return []
-        q = np.asarray(vector, dtype=np.float32).reshape(-1)
-        text = "[" + ",".join(repr(float(x)) for x in q.tolist()) + "]"
-        literal = sql.SQL("{}::vector").format(sql.Literal(text))
-        with self.connect() as conn, conn.transaction():
-            if exact is None:
-                exact = self.allowed_upto(conn, where) <= self.exact_max_allowed
-            if exact:
-                query = sql.SQL(
-                    "WITH f AS MATERIALIZED (SELECT c.ordinal, c.embedding FROM chunks AS c "
-                    "WHERE {where}) "
-                    "SELECT f.ordinal, -(f.embedding <#> {q}) AS score FROM f "
-                    "ORDER BY f.embedding <#> {q}, f.ordinal LIMIT {k}"
-                ).format(where=where, q=literal, k=sql.Literal(int(k)))
-            else:
-                for name, value in (
-                    ("hnsw.ef_search", max(self.ef_search, k)),
-                    ("hnsw.iterative_scan", "relaxed_order"),
-                    ("hnsw.max_scan_tuples", self.max_scan_tuples),
-                ):
-                    conn.execute("SELECT set_config(%s, %s, true)", (name, str(value)))
-                query = sql.SQL(
-                    "WITH h AS MATERIALIZED (SELECT c.ordinal, c.embedding <#> {q} AS d "
-                    "FROM chunks AS c WHERE {where} ORDER BY c.embedding <#> {q} LIMIT {k}) "
-                    "SELECT h.ordinal, -h.d AS score FROM h ORDER BY h.d, h.ordinal"
-                ).format(where=where, q=literal, k=sql.Literal(int(k)))
-            rows = conn.execute(query).fetchall()
-        return [LegHit(int(o), float(s)) for o, s in rows]

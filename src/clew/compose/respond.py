@@ -1,0 +1,163 @@
+"""An answer from a retrieval run: assemble the budgeted context, select sentences, weigh the
+evidence, abstain or answer (extractive, or generative through an OpenAI-compatible endpoint,
+falling back to extractive on any endpoint failure), with citations."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from clew.compose.answer import (
+    NOT_FOUND,
+    Answer,
+    Calibration,
+    Citation,
+    coverage,
+    evidence_features,
+    url_of,
+    why,
+)
+from clew.compose.assemble import assemble
+from clew.compose.extract import answer_text, select_sentences
+from clew.config import EngineConfig
+from clew.ingest.analyze import analyze, query_terms
+from clew.protocols import Encoder
+from clew.retrieve.run import Run, elapsed_ms
+from clew.types import Hit
+
+__all__ = ["ANSWER_CHUNKS", "ASK_K", "respond"]
+
+ASK_K = 20
+"""Hits an answer considers before assembly (the token budget decides how many are kept)."""
+ANSWER_CHUNKS = 4
+"""Kept chunks whose sentences compete for the extractive answer (the best-ranked ones)."""
+
+
+def respond(
+    run: Run,
+    question: str,
+    cfg: EngineConfig,
+    encoder: Encoder | None,
+    calibration: Callable[[str], Calibration],
+) -> tuple[Answer, dict[str, Any]]:
+    """The answer to ``question`` from ``run``, and what its trace adds. ``encoder`` scores
+    sentences by meaning too (None: by terms only); ``calibration`` loads a calibration file."""
+    timings = run.timings
+    t = time.perf_counter()
+    ctx = assemble(run.hits, cfg.assemble)
+    timings["assemble"] = elapsed_ms(t)
+
+    t = time.perf_counter()
+    snap = run.snap
+    asked = list(query_terms(question))
+    idf = snap.idf(asked, run.scoped)
+    selected = select_sentences(
+        question,
+        ctx.kept[:ANSWER_CHUNKS],
+        encoder=encoder,
+        idf=idf,
+        max_sentences=cfg.answer.max_sentences,
+    )
+    coverages = [coverage(idf, set(analyze(f"{h.title} {h.text}"))) for h in run.hits[:3]]
+    keys = snap.keys
+    evidence = evidence_features(
+        leg_scores={leg: [h.score for h in hits] for leg, hits in run.lists.items()},
+        leg_top={leg: [keys[h.ordinal][0] for h in hits[:10]] for leg, hits in run.lists.items()},
+        hits=run.hits,
+        leg_weights=run.route.legs,
+        rrf_k=cfg.fusion.rrf_k,
+        coverages=coverages,
+        sentence_overlap=float(selected[0].parts.get("term_overlap", 0.0)) if selected else 0.0,
+    )
+    confidence, threshold, calibration_info = 1.0, 0.0, {}
+    if cfg.answer.abstain:
+        found = calibration(cfg.answer.calibration)
+        confidence = found.probability(evidence)
+        threshold, calibration_info = found.threshold, found.info
+    abstained = cfg.answer.abstain and (confidence < threshold or not selected or not ctx.kept)
+    timings["answer"] = elapsed_ms(t)
+
+    citations: list[Citation] = []
+    text = NOT_FOUND
+    mode = cfg.answer.mode
+    fallback = ""
+    if not abstained and mode == "generative":
+        t = time.perf_counter()
+        try:
+            text, used = generate(question, ctx.kept, cfg)
+            if used is None:
+                abstained = True
+                text = NOT_FOUND
+            else:
+                for n in used:
+                    h = ctx.kept[n - 1]
+                    citations.append(
+                        Citation(n, h.doc_id, h.chunk_id, h.title, url_of(h), why(h, (), n))
+                    )
+        except Exception as exc:  # endpoint failure: the extractive answer, with the reason
+            fallback = f"{type(exc).__name__}: {exc}"
+            mode = "extractive"
+        timings["generate"] = elapsed_ms(t)
+    if not abstained and mode == "extractive":
+        number: dict[int, int] = {}
+        terms: dict[int, list[str]] = {}
+        for sel in selected:
+            i = sel.sentence.hit_index
+            number.setdefault(i, len(number) + 1)
+            terms.setdefault(i, [])
+            terms[i] += [x for x in sel.matched_terms if x not in terms[i]]
+        text = answer_text(selected, number)
+        for i, n in sorted(number.items(), key=lambda p: p[1]):
+            h = ctx.kept[i]
+            citations.append(
+                Citation(n, h.doc_id, h.chunk_id, h.title, url_of(h), why(h, terms[i], i + 1))
+            )
+    after = ("assemble", "answer", "generate")  # the stages after retrieval, in sequence
+    timings["total"] = round(timings["total"] + sum(timings.get(x, 0.0) for x in after), 3)
+    answer = Answer(
+        question=question,
+        answer=text,
+        abstained=abstained,
+        mode=mode,
+        citations=tuple(citations),
+        hits=run.hits,
+        context=ctx,
+        confidence=confidence,
+        threshold=threshold,
+        evidence=evidence,
+        nearest=run.hits[:3] if abstained else (),
+        fallback=fallback,
+        timings_ms=timings,
+        release=run.snap.release,
+        rerank=run.rerank_status,
+    )
+    out = answer.to_dict()
+    extra = {
+        "answer": {
+            key: out[key] for key in out if key not in ("hits", "timings_ms", "trace_id", "release")
+        },
+        "calibration": calibration_info,
+    }
+    return answer, extra
+
+
+def generate(
+    question: str, kept: Sequence[Hit], cfg: EngineConfig
+) -> tuple[str, tuple[int, ...] | None]:
+    """A generative answer over the kept chunks; None citations = the model found none."""
+    from clew.errors import LLMError
+    from clew.models.llm import ChatClient, answer_messages, parse_cited, settings_for
+
+    a = cfg.answer
+    settings = settings_for(a.base_url, a.model, a.timeout_s)
+    passages = [(i + 1, h.title, h.text) for i, h in enumerate(kept)]
+    with ChatClient(settings) as client:
+        text = client.complete(answer_messages(question, passages)).strip()
+    if text.strip().rstrip(".") == "NOT_FOUND":
+        return text, None
+    cited, invalid = parse_cited(text, range(1, len(kept) + 1))
+    if not cited:
+        extra = f" (it cited {list(invalid)}, allowed 1..{len(kept)})" if invalid else ""
+        raise LLMError(f"the generated answer cites no source{extra}")
+    return text, cited
