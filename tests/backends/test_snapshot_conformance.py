@@ -39,28 +39,11 @@ def test_snapshot_lookups(backend: Any) -> None:
     check_snapshot_lookups(backend)
 
 
-def test_snapshot_dead_chunks(backend: Any, request: pytest.FixtureRequest) -> None:
-    if backend.name == "postgres":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="PgSnapshot.visible (SqlLegs.visible) answers True for any ordinals when "
-                "scope is None, deleted chunks included; the protocol says 'live and passes scope'",
-            )
-        )
+def test_snapshot_dead_chunks(backend: Any) -> None:
     check_snapshot_dead_chunks(backend)
 
 
-def test_snapshot_release(backend: Any, request: pytest.FixtureRequest) -> None:
-    if backend.name == "embedded":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="EmbeddedSnapshot.columns builds a pinned release's metadata columns "
-                "from the store's current rows: after a later write its first filter or "
-                "created() raises IndexError (ordinals beyond its live mask)",
-            )
-        )
+def test_snapshot_release(backend: Any) -> None:
     check_snapshot_release(backend)
 
 

@@ -107,9 +107,20 @@ class EmbeddedSnapshot:
             return mask
 
     def columns(self) -> MetadataColumns:
+        """The metadata columns of this release's chunks, built on first use from the store.
+
+        A later release may have committed by then: its chunks (ordinals past this release's)
+        are left out, and a document deleted since has no metadata left, so its chunks match no
+        filter: a pinned snapshot may hide more, never show what its release did not hold."""
         with self._lock:
             if self._columns is None:
-                self._columns = MetadataColumns.build(len(self.live), self.store.metadata_rows())
+                size = len(self.live)
+                rows = (
+                    (kept, meta)
+                    for ords, meta in self.store.metadata_rows()
+                    if (kept := [o for o in ords if o < size])
+                )
+                self._columns = MetadataColumns.build(size, rows)
             return self._columns
 
     def scope_stats(self, scope_json: str | None) -> ScopeStats | None:

@@ -556,7 +556,9 @@ class PgSnapshot:
         return self._memories
 
     def visible(self, ordinals: Sequence[int], scope: Node | None) -> bool:
-        return self.sql.visible(ordinals, scope)
+        live = self.live
+        alive = all(0 <= o < len(live) and bool(live[o]) for o in ordinals)
+        return alive and self.sql.visible(ordinals, scope)
 
     def uses_hnsw(self, dense: DenseConfig) -> bool:
         return bool(self.live.sum() >= dense.hnsw_min_chunks)
