@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -65,6 +67,45 @@ def run(out: Path, datasets: list[str], data: Path, limit: int | None) -> int:
     return 0
 
 
+DEMO = [
+    ["ingest", "data/sample"],
+    ["search", "ERR-4413", "--k", "3", "--explain"],
+    ["search", "customer was billed twice", "--k", "3", "--explain"],
+    ["search", "what else broke after the pgbouncer migration", "--k", "3", "--explain"],
+    ["ask", "What does ERR-4413 mean?"],
+    [
+        "ask",
+        "which services are affected if pgbouncer-core runs out of connections",
+        "--expand",
+        "--rerank",
+        "features",
+    ],
+    ["ask", "Which volcano erupted in Iceland in 2010?"],
+]
+"""The commands of ``make demo``."""
+VOLATILE = re.compile(r"\d+(\.\d+)? ?(ms|s)\b|trace[ _-]?id\S*\s*\S+|[0-9a-f]{16,}", re.I)
+"""Timings and trace ids: what may differ between two runs of the demo."""
+
+
+def demo(out: Path) -> int:
+    """``make demo``'s commands into ``out/demo.txt`` (a fresh index), volatile parts masked."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    index = out / "demo-index"
+    shutil.rmtree(index, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for args in DEMO:
+        cmd = [sys.executable, "-m", "clew", *args, "--index", str(index)]
+        if args[0] == "ingest":
+            cmd.append("--no-progress")
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+        lines += [f"$ clew {' '.join(args)}", done.stdout, f"(exit {done.returncode})"]
+    text = "\n".join(lines)
+    (out / "demo.txt").write_text(VOLATILE.sub("<volatile>", text), encoding="utf-8")
+    print(f"demo output in {out / 'demo.txt'}")
+    return 0
+
+
 def compare(before: Path, after: Path, datasets: list[str] | None = None) -> int:
     def runs(root: Path) -> list[Path]:
         found = sorted(p.relative_to(root) for p in root.glob("*/run*.trec"))
@@ -107,7 +148,11 @@ def main() -> int:
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
     c.add_argument("--datasets", nargs="+", default=None, help="only these (default: all)")
+    d = sub.add_parser("demo", help="write make demo's output, timings and trace ids masked")
+    d.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
+    if args.cmd == "demo":
+        return demo(args.out)
     if args.cmd == "run":
         return run(args.out, args.datasets, args.data, args.limit)
     return compare(args.before, args.after, args.datasets)
