@@ -1,4 +1,4 @@
-"""The Snapshot conformance suite (:mod:`clew.testing.conformance`) on every backend, and
+"""The Snapshot conformance suite (:mod:`clew.testing.snapshot_conformance`) on every backend, and
 proof that it fails on snapshots that break the protocol."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from clew.config import ConceptConfig, EngineConfig
 from clew.errors import FilterError
 from clew.ingest.concepts import ConceptExtractor
 from clew.protocols import Snapshot
-from clew.testing.conformance import (
+from clew.testing.fakes import FakeHashEncoder
+from clew.testing.snapshot_conformance import (
     check_snapshot_dead_chunks,
     check_snapshot_filters,
     check_snapshot_legs,
     check_snapshot_lookups,
     check_snapshot_release,
 )
-from clew.testing.fakes import FakeHashEncoder
 
 # ``backend`` (tests/backends/conftest.py): fresh engines on each backend in turn
 
