@@ -342,7 +342,8 @@ class Engine:
     ) -> Any:
         """The cached result of ``key`` at the pinned release, or a new one, traced and cached."""
         with self.reading() as snap:
-            cached = self._cache.get(key, self._version(snap))
+            version = "" if key is None else self._version(snap)  # no store read when uncached
+            cached = self._cache.get(key, version)
             if cached is not None:
                 return replace(cached, cached=True) if kind == "search" else cached
             done = compute()
@@ -352,7 +353,7 @@ class Engine:
             if run.cfg.trace.enabled and not self.store.read_only:
                 extra = done.trace if isinstance(done, Answered) else None
                 value = replace(value, trace_id=self._write_trace(run, kind, extra))
-            self._cache.put(key, self._version(snap), value)
+            self._cache.put(key, version, value)
         return value
 
     def _version(self, snap: Snapshot) -> str:

@@ -51,16 +51,14 @@ class AsymmetricEncoder(Encoder, Protocol):
 
 def encode_queries(encoder: Encoder, texts: Sequence[str]) -> Matrix:
     """Queries embedded as ``encoder`` wants queries embedded."""
-    if isinstance(encoder, AsymmetricEncoder):
-        return encoder.encode_queries(texts)
-    return encoder.encode(texts)
+    side = getattr(encoder, "encode_queries", None)  # not isinstance: that costs per query
+    return side(texts) if side is not None else encoder.encode(texts)
 
 
 def encode_documents(encoder: Encoder, texts: Sequence[str]) -> Matrix:
     """Passages embedded as ``encoder`` wants documents embedded."""
-    if isinstance(encoder, AsymmetricEncoder):
-        return encoder.encode_documents(texts)
-    return encoder.encode(texts)
+    side = getattr(encoder, "encode_documents", None)
+    return side(texts) if side is not None else encoder.encode(texts)
 
 
 @dataclass(frozen=True, slots=True)
