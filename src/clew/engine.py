@@ -273,7 +273,7 @@ class Engine:
         with self.reading():
             run = self.retrieve(question, k=k or ASK_K, **kw)
             encoder = self.encoder if run.cfg.fusion.dense_weight > 0 else None
-            answer, extra = respond(run, question, run.cfg, encoder, self._calibration)
+            answer, extra = respond(run, encoder, self._calibration)
         return Answered(answer, run, extra)
 
     def search(

@@ -264,6 +264,12 @@ def to_json(node: Node | None) -> dict[str, Any] | None:
     return {key: [to_json(p) for p in node.parts]}
 
 
+def filter_key(node: Node | None) -> str | None:
+    """A parsed filter as one string (sorted canonical JSON): what caches of masks, scope
+    statistics and SQL predicates are keyed by; None for no filter."""
+    return None if node is None else json.dumps(to_json(node), sort_keys=True)
+
+
 def _canon(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return json.dumps(value)

@@ -35,14 +35,12 @@ ANSWER_CHUNKS = 4
 
 
 def respond(
-    run: Run,
-    question: str,
-    cfg: EngineConfig,
-    encoder: Encoder | None,
-    calibration: Callable[[str], Calibration],
+    run: Run, encoder: Encoder | None, calibration: Callable[[str], Calibration]
 ) -> tuple[Answer, dict[str, Any]]:
-    """The answer to ``question`` from ``run``, and what its trace adds. ``encoder`` scores
-    sentences by meaning too (None: by terms only); ``calibration`` loads a calibration file."""
+    """The answer to the run's query from its hits (with its config), and what its trace adds.
+    ``encoder`` scores sentences by meaning too (None: by terms only); ``calibration`` loads a
+    calibration file."""
+    question, cfg = run.query, run.cfg
     timings = run.timings
     t = time.perf_counter()
     ctx = assemble(run.hits, cfg.assemble)

@@ -7,7 +7,6 @@ never asks which backend it has: the snapshot answers every leg and every lookup
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future
@@ -16,7 +15,7 @@ from typing import Any
 
 from clew.config import EngineConfig
 from clew.errors import QueryError
-from clew.filters import parse_filter, to_json
+from clew.filters import filter_key, parse_filter, to_json
 from clew.ingest.analyze import query_terms
 from clew.protocols import ChunkRow, Matrix, RerankCandidate, Reranker, Snapshot
 from clew.retrieve.expand import expand
@@ -55,10 +54,6 @@ def check_query(query: Any, k: int | None, cfg: EngineConfig) -> int:
     return k
 
 
-def _json(node: Any) -> str | None:
-    return None if node is None else json.dumps(to_json(node), sort_keys=True)
-
-
 def retrieve(
     snap: Snapshot,
     services: Services,
@@ -87,7 +82,7 @@ def retrieve(
 
     t = time.perf_counter()
     stats_node = scope_node if stats_scope is SAME_SCOPE else parse_filter(stats_scope)
-    scoped = snap.scope_stats(_json(stats_node))
+    scoped = snap.scope_stats(filter_key(stats_node))
     where = snap.where(node, scope_node, exclude_docs)
     timings["filter"] = elapsed_ms(t)
 

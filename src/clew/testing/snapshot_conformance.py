@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -18,7 +17,7 @@ import numpy as np
 
 from clew.config import DenseConfig, EngineConfig
 from clew.errors import FilterError
-from clew.filters import parse_filter, to_json
+from clew.filters import filter_key, parse_filter
 from clew.ingest.analyze import analyze, concept_key, query_terms
 from clew.ingest.concepts import find_identifiers
 from clew.protocols import ChunkRow, ScopeStats, Snapshot, Where
@@ -275,8 +274,7 @@ class SnapshotFixture:
 
 
 def _scope_json(scope: Any) -> str | None:
-    node = parse_filter(scope)
-    return None if node is None else json.dumps(to_json(node), sort_keys=True)
+    return filter_key(parse_filter(scope))
 
 
 def _identifier_keys(text: str) -> set[str]:

@@ -20,7 +20,7 @@ from clew.backends.embedded.store import SQLiteStore
 from clew.backends.embedded.vector import VectorIndex
 from clew.cache import Lru
 from clew.config import DenseConfig, GraphConfig, LexicalConfig
-from clew.filters import Mask, MetadataColumns, Node, parse_filter, to_json
+from clew.filters import Mask, MetadataColumns, Node, filter_key, parse_filter
 from clew.index.graph import GraphIndex, LinkedConcept
 from clew.memory import MEMORY_KIND, MEMORY_SOURCE
 from clew.protocols import ChunkRow, Matrix, ScopeStats, Where
@@ -35,10 +35,6 @@ class MaskWhere:
 
     mask: Mask
     filtered: bool
-
-
-def _json(node: Node | None) -> str | None:
-    return None if node is None else json.dumps(to_json(node), sort_keys=True)
 
 
 @dataclass(slots=True)
@@ -62,7 +58,7 @@ class EmbeddedSnapshot:
     def where(
         self, filter: Node | None, scope: Node | None, exclude_docs: Sequence[str] = ()
     ) -> MaskWhere:
-        allowed = self.allowed(_json(filter), _json(scope))
+        allowed = self.allowed(filter_key(filter), filter_key(scope))
         if exclude_docs:
             allowed = allowed.copy()
             chunks = self.graph_index.layout().doc_chunks
@@ -247,7 +243,7 @@ class EmbeddedSnapshot:
         return self._memories
 
     def visible(self, ordinals: Sequence[int], scope: Node | None) -> bool:
-        allowed = self.allowed(None, _json(scope))
+        allowed = self.allowed(None, filter_key(scope))
         return all(o < len(allowed) and bool(allowed[o]) for o in ordinals)
 
     def uses_hnsw(self, dense: DenseConfig) -> bool:

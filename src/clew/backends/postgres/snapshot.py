@@ -25,7 +25,7 @@ import numpy.typing as npt
 from clew.cache import Lru
 from clew.config import DenseConfig, GraphConfig, LexicalConfig
 from clew.errors import FilterError
-from clew.filters import Eq, Mask, Node, fields_of
+from clew.filters import Eq, Mask, Node, fields_of, filter_key
 from clew.protocols import ChunkRow, Matrix, ScopeStats, Where
 from clew.types import LegHit
 
@@ -351,12 +351,6 @@ class SqlWhere:
     filtered: bool
 
 
-def _json(node: Node | None) -> str | None:
-    from clew.filters import to_json
-
-    return None if node is None else json.dumps(to_json(node), sort_keys=True)
-
-
 @dataclass(slots=True)
 class PgSnapshot:
     """One release of a PostgreSQL index: the release and its live chunks; the legs run in the
@@ -406,7 +400,7 @@ class PgSnapshot:
         self, filter: Node | None, scope: Node | None, exclude_docs: Sequence[str] = ()
     ) -> SqlWhere:
         self.sql.check_fields(filter, scope)
-        key = json.dumps([_json(filter), _json(scope), sorted(exclude_docs)])
+        key = json.dumps([filter_key(filter), filter_key(scope), sorted(exclude_docs)])
         filtered = filter is not None or scope is not None or bool(exclude_docs)
         return SqlWhere(key, self.sql.where(filter, scope, exclude_docs), filtered)
 
