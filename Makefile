@@ -60,7 +60,7 @@ bench: $(STAMP)
 
 # Quality on ../shared/data (ablations, oracle, gates in eval/gates.yaml) -> bench/results/quality.md
 eval: $(STAMP)
-	$(BIN)/python bench/quality.py --feature-model eval/features-scifact.json
+	$(BIN)/python bench/quality.py --feature-model eval/features-all.json
 
 clean:
 	rm -rf $(INDEX) bench/.work .pytest_cache .mypy_cache .ruff_cache

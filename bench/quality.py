@@ -14,6 +14,13 @@ train-reranker``; both are trained on the SciFact *train* split). The "reranker 
 shows, per slice, each reranker's change against the default on the gate metric (nDCG@10 for
 SciFact and NFCorpus, Recall@5 for the multi-hop sets): a reranker joins the default preset
 only if no slice drops by more than 0.01.
+
+``rules`` is hybrid + graph routed by the query-feature rules alone (the default before the
+learned router); ``oracle-route`` ranks each query with its best candidate route, and the
+router section gives per slice the routes taken against the oracle's, accuracy and regret
+(:mod:`clew.eval.routes`). Test splits are reported, never tuned on; the ``train`` and ``dev``
+sets are what the router and the feature reranker were trained on (so their figures are
+in-sample; ``clew train-router --lodo`` gives leave-one-dataset-out figures).
 """
 
 from __future__ import annotations
@@ -30,14 +37,37 @@ from clew.eval.runner import EvalResult
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
-DATASETS = ("scifact", "nfcorpus", "musique-migres200", "hotpotqa-migres200")
+DEV = ROOT / "eval" / "dev"
+SPLITS = {
+    "musique-train100": "train",
+    "hotpotqa-train100": "train",
+    "support": "dev",
+    "memory": "dev",
+}
+"""Split per dataset (default ``test``)."""
+DATASETS = (
+    "scifact",
+    "nfcorpus",
+    "musique-migres200",
+    "hotpotqa-migres200",
+    "musique-train100",
+    "hotpotqa-train100",
+    "support",
+    "memory",
+)
 REFERENCES = {
     "scifact": "BM25 0.665 (BEIR) / 0.679 (Pyserini); MiniLM 0.645; naive RRF 0.690; "
     "LlamaIndex fusion 0.710; target ≥ 0.70",
     "nfcorpus": "BM25 0.325 (BEIR), 0.305 (rank_bm25 here); BM25+CE 0.350; target ≥ 0.34",
     "musique-migres200": "Recall@5: BM25 0.455, MiniLM 0.532, naive RRF 0.525; target ≥ 0.535",
     "hotpotqa-migres200": "Recall@5: BM25 0.738, MiniLM 0.802, naive RRF 0.805, txtai 0.833; "
-    "target ≥ 0.818",
+    "target ≥ 0.85; txtai nDCG@10 0.839",
+    "musique-train100": "TRAIN split (router training data); issue #15: default 0.583, "
+    "dense 0.618 before the learned router",
+    "hotpotqa-train100": "TRAIN split (router training data); issue #15: default 0.790, "
+    "hybrid 0.805 before the learned router",
+    "support": "our dev set (eval/dev/support): support docs, identifiers, paraphrases",
+    "memory": "our dev set (eval/dev/memory): multi-session chat memory",
 }
 
 
@@ -96,12 +126,33 @@ def markdown(result: EvalResult, reasons: list[str]) -> str:
             f"- {s}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()) + f"; legs run: {ran}"
         )
     lines += rule_table(result)
+    if result.router:
+        lines += [
+            "",
+            "Router (gain = (nDCG@10 + Recall@5) / 2; routes = dense share of the "
+            "lexical + dense weight: queries):",
+            "",
+            "| slice | n | accuracy | regret | gain | oracle gain | routes taken | oracle routes |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for s, row in result.router.items():
+            taken = " ".join(f"{k}:{v}" for k, v in row["routes"].items())
+            best = " ".join(f"{k}:{v}" for k, v in row["oracle_routes"].items())
+            lines.append(
+                f"| {s} | {row['n']} | {row['accuracy']:.3f} | {row['regret']:.4f} | "
+                f"{row['gain']:.4f} | {row['oracle_gain']:.4f} | {taken} | {best} |"
+            )
     lines += ["", "Gates: " + ("pass" if not reasons else "FAIL"), ""]
     lines += [f"- {r}" for r in reasons]
     return "\n".join(lines) + "\n"
 
 
-RULE_METRIC = {"scifact": "ndcg@10", "nfcorpus": "ndcg@10"}
+RULE_METRIC = {
+    "scifact": "ndcg@10",
+    "nfcorpus": "ndcg@10",
+    "support": "ndcg@10",
+    "memory": "recall@10",
+}
 RULE_LIMIT = 0.01
 
 
@@ -149,7 +200,8 @@ def main() -> int:
     failed = False
     started = time.time()
     for name in args.datasets:
-        dataset = load_dataset(args.data / name, "test")
+        root = DEV / name if (DEV / name).is_dir() else args.data / name
+        dataset = load_dataset(root, SPLITS.get(name, "test"))
         if args.limit:
             dataset = dataset.subset(args.limit)
         models = {}
@@ -157,7 +209,7 @@ def main() -> int:
             models["features"] = args.feature_model
         if args.rerank_model:
             models["cross-encoder"] = args.rerank_model
-        result = run_eval(dataset, configs_for([], True, models=models), progress=True)
+        result = run_eval(dataset, configs_for([], True, models=models), progress=True, oracle=True)
         reasons = check_gates(gates, result.dataset, result.table())
         failed |= bool(reasons)
         data = result.to_dict(per_query=False)
@@ -170,19 +222,30 @@ def main() -> int:
     header = [
         "# Retrieval quality on the shared datasets",
         "",
-        "Default preset = hybrid RRF + graph with the router, no reranker. Documents are ranked "
-        "by their best chunk. Each dataset: every leg alone, hybrid RRF without graph, "
-        "hybrid + graph (default), then graph expansion and each reranker on top of the "
-        "default. Latency is per query, in process, 2-core machine. Context tokens: the "
-        "assembler over the top 20 hits (3,200-token budget), with and without the "
-        "near-duplicate skip.",
+        "Default preset = convex fusion of lexical, dense and graph (each leg's scores min-max "
+        "normalized in its own list), the lexical/dense split set per query by the learned "
+        "router (`clew/retrieve/router.json`, trained on train and dev sets only: "
+        "bench/results/router.md), the graph weight by the query-feature rules; no reranker. "
+        "`rules` = the previous default (RRF, rules only); `hybrid` = plain RRF of lexical and "
+        "dense; `oracle-route` = each query ranked with its best candidate route. Documents "
+        "are ranked by their best chunk. Latency is per query, in process, 2-core machine. "
+        "Context tokens: the assembler over the top 20 hits (3,200-token budget), with and "
+        "without the near-duplicate skip.",
+        "",
+        "Test splits (scifact, nfcorpus, musique-migres200, hotpotqa-migres200) are reported, "
+        "never tuned on. musique-train100 and hotpotqa-train100 (train split) and support and "
+        "memory (our dev sets, eval/dev/) are what the router and the feature reranker were "
+        "trained on, so their figures are in-sample; leave-one-dataset-out figures are in "
+        "bench/results/router.md.",
         "",
         "Reproduce: `make eval` (= `python bench/quality.py --feature-model "
-        "eval/features-scifact.json`); the `+rerank-ce` row also needs `clew train-reranker "
-        "--dataset ../shared/data/scifact --split train --out models/ce-scifact` (about 22 min "
-        "on 2 cores) and `--rerank-model models/ce-scifact`. The feature weights were made by "
-        "`clew train-reranker --kind features --dataset ../shared/data/scifact --split train "
-        "--out DIR`. Both are trained on the SciFact train split only.",
+        "eval/features-all.json`). The feature weights were made by `clew train-reranker "
+        "--kind features --dataset ../shared/data/scifact --split train --also "
+        "../shared/data/nfcorpus:dev --also ../shared/data/musique-train100:train --also "
+        "../shared/data/hotpotqa-train100:train --also eval/dev/support:dev --also "
+        "eval/dev/memory:dev --out DIR` (each set weighing the same); the `+rerank-ce` row "
+        "needs `--rerank-model DIR` from `clew train-reranker --dataset ../shared/data/scifact "
+        "--split train --out DIR` (about 22 min on 2 cores).",
         "",
         f"This run: {time.strftime('%Y-%m-%d')}, {time.time() - started:.0f} s including index "
         "builds that were not cached; other processes shared the 2 cores during part of it, "

@@ -128,6 +128,13 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--split", default="train")
     tr.add_argument("--out", required=True, help="output directory")
     tr.add_argument("--kind", choices=("cross-encoder", "features"), default="cross-encoder")
+    tr.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="DIR[:SPLIT]",
+        help="features: more train sets (split default: --split), each weighing the same",
+    )
     eval_index(tr, "index directory (default: the eval cache for the corpus)")
     tr.add_argument("--limit", type=int, default=None, help="use the first N queries only")
     # defaults: the recipe measured in bench/results/quality.md (about 22 min on 2 cores)
@@ -138,6 +145,34 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--lr", type=float, default=1e-4, help="peak learning rate (default 1e-4)")
     tr.add_argument("--config", help="YAML config file (sections of EngineConfig)")
     tr.add_argument("--no-progress", action="store_true")
+
+    tro = sub.add_parser(
+        "train-router", help="learn the query-adaptive leg weights from BEIR train splits"
+    )
+    tro.add_argument(
+        "--dataset",
+        action="append",
+        required=True,
+        metavar="DIR[:SPLIT]",
+        help="a BEIR-layout directory and its split (default: train); repeat for each",
+    )
+    tro.add_argument("--out", help="router model JSON file to write")
+    tro.add_argument(
+        "--examples",
+        metavar="FILE",
+        help="collected examples: read from FILE when it exists (no retrieval), else written",
+    )
+    tro.add_argument(
+        "--lodo", action="store_true", help="also refit without each dataset and score it"
+    )
+    tro.add_argument(
+        "--indexes",
+        metavar="DIR",
+        help="index folder per dataset: DIR/<name> (default: the eval cache)",
+    )
+    tro.add_argument("--l2", type=float, default=0.1, help="L2 penalty (default 0.1)")
+    tro.add_argument("--config", help="YAML config file (sections of EngineConfig)")
+    tro.add_argument("--no-progress", action="store_true")
 
     ca = sub.add_parser("calibrate", help="fit the abstention threshold on a BEIR split")
     ca.add_argument("--dataset", required=True, help="BEIR-layout directory")
@@ -397,6 +432,10 @@ def _run(args: argparse.Namespace) -> int:
         return run_service_command(args)
     if args.command in ("train-reranker", "calibrate"):
         return _train(args)
+    if args.command == "train-router":
+        from clew.train.cli import train_router
+
+        return train_router(args)
     if args.command == "migrate":
         return _migrate(args)
     config = _config(args)
@@ -560,6 +599,10 @@ def _train(args: argparse.Namespace) -> int:
     )
     from clew.train.features import mine_examples, train_features
 
+    if getattr(args, "also", None):
+        from clew.train.cli import train_features_across
+
+        return train_features_across(args)
     dataset = load_dataset(args.dataset, args.split)
     if args.limit is not None:
         if args.limit < 1:
@@ -678,7 +721,14 @@ def _eval(args: argparse.Namespace) -> int:
             "--feature-model FILE (features)"
         )
     configs = configs_for(args.preset, args.ablate, base, models)
-    result = run_eval(dataset, configs, index=args.index, k=args.k, progress=not args.no_progress)
+    result = run_eval(
+        dataset,
+        configs,
+        index=args.index,
+        k=args.k,
+        progress=not args.no_progress,
+        oracle=args.ablate,
+    )
     if args.run_out:
         out = Path(args.run_out)
         for run in result.runs:
@@ -717,6 +767,11 @@ def render(result: SearchResult, *, explain: bool = False) -> str:
     lines = [
         f"query: {result.query}",
         f"route: {legs}   features: {', '.join(result.route.features) or '-'}",
+        *(
+            [f"weighed by {result.route.weighed_by}: {result.route.reason}"]
+            if result.route.reason
+            else []
+        ),
         f"release {result.release}   "
         + "  ".join(f"{k} {v:.1f}ms" for k, v in result.timings_ms.items()),
         "",

@@ -116,6 +116,9 @@ class GraphConfig:
 
 @dataclass(frozen=True, slots=True)
 class FusionConfig:
+    method: str = "convex"
+    """``convex`` (weighted sum of each leg's min-max normalized scores) or ``rrf`` (weighted
+    Reciprocal Rank Fusion); see :mod:`clew.retrieve.fuse`."""
     rrf_k: int = 60
     lexical_weight: float = 1.0
     dense_weight: float = 1.0
@@ -124,6 +127,7 @@ class FusionConfig:
     """Fold hits with the same content hash into one (the best-ranked keeps its id)."""
 
     def __post_init__(self) -> None:
+        _check(self.method in ("convex", "rrf"), "fusion.method", self.method, "convex, rrf")
         _check(self.rrf_k >= 0, "fusion.rrf_k", self.rrf_k, ">= 0")
         for name in ("lexical_weight", "dense_weight", "graph_weight"):
             value = getattr(self, name)
@@ -134,6 +138,11 @@ class FusionConfig:
             (self.lexical_weight, self.dense_weight, self.graph_weight),
             "at least one leg with weight > 0",
         )
+
+    def top_part(self) -> float:
+        """What a rank-1 hit of a leg of weight 1 adds to a fused score under ``method``: the
+        unit recency boosts and the abstention evidence are scaled by."""
+        return 1.0 / (self.rrf_k + 1) if self.method == "rrf" else 1.0
 
     def weights(self) -> dict[str, float]:
         return {
@@ -148,17 +157,27 @@ class RouterConfig:
     enabled: bool = True
     identifier_lexical_boost: float = 1.5
     identifier_dense_factor: float = 0.7
-    relation_graph_weight: float = 1.0
-    question_graph_weight: float = 0.3
+    relation_graph_weight: float = 0.3
+    """Graph weight of a query with a relation cue and a linked concept (convex scale: a leg's
+    top hit adds its weight; lexical + dense weigh 2 together)."""
+    question_graph_weight: float = 0.15
+    """Graph weight of a question naming a concept (0.15 = the base weight: no boost; the
+    rules-only preset, on the RRF scale, uses 0.3)."""
     quoted_lexical_boost: float = 1.3
-    global_graph_weight: float = 0.8
+    global_graph_weight: float = 0.3
     relation_expand: bool = True
     """A relation cue ("what else", "caused by", "after") with a linked concept turns graph
     expansion on for that query, even when ``expand.enabled`` is off."""
+    adaptive: bool = True
+    """After the legs ran, the learned router model splits the lexical + dense weight per query
+    from the legs' own lists (score shapes, idf cover, agreement) and the query features; the
+    identifier and quoted rules then no longer scale those two legs (the model has both)."""
+    model: str = ""
+    """Router model file from ``clew train-router``; "" = the one shipped with clew."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            if f.name not in ("enabled", "relation_expand"):
+            if f.name not in ("enabled", "relation_expand", "adaptive", "model"):
                 value = getattr(self, f.name)
                 _check(0.0 <= value <= 10.0, f"router.{f.name}", value, "0.0..10.0")
 
@@ -495,7 +514,7 @@ def _preset(**sections: dict[str, Any]) -> EngineConfig:
 
 PRESETS: dict[str, EngineConfig] = {
     "default": EngineConfig(),
-    "hybrid": _preset(fusion={"graph_weight": 0.0}, router={"enabled": False}),
+    "hybrid": _preset(fusion={"method": "rrf", "graph_weight": 0.0}, router={"enabled": False}),
     "lexical": _preset(
         fusion={"lexical_weight": 1.0, "dense_weight": 0.0, "graph_weight": 0.0},
         router={"enabled": False},
@@ -509,8 +528,20 @@ PRESETS: dict[str, EngineConfig] = {
         router={"enabled": False},
     ),
     "fixed": _preset(router={"enabled": False}),
+    "rules": _preset(
+        fusion={"method": "rrf"},
+        router={
+            "adaptive": False,
+            "relation_graph_weight": 1.0,
+            "question_graph_weight": 0.3,
+            "global_graph_weight": 0.8,
+        },
+    ),
 }
-"""Named presets. ``default`` routes per query; the others fix the leg weights."""
+"""Named presets. ``default``: convex fusion, routed per query (rules for the graph leg, the
+learned router for lexical against dense). ``rules``: the previous default (RRF, the query-
+feature rules alone). ``hybrid``: plain RRF of lexical and dense (the usual baseline). The
+single-leg presets fix the leg weights."""
 
 
 def preset_config(name: str) -> EngineConfig:

@@ -245,9 +245,26 @@ class Route:
     features: tuple[str, ...]
     expand: bool = False
     """The router asks for graph expansion (a relation cue and a linked concept)."""
+    weighed_by: str = "rules"
+    """``rules``, or the version of the router model that set the lexical and dense weights."""
+    reason: str = ""
+    """Why the learned weights are what they are: ``dense 1.6, lexical 0.4 (lexical top z
+    0.4; leg overlap@10 0.1)``."""
+    signals: dict[str, float] = field(default_factory=dict)
+    """The signals the router model read (:mod:`clew.retrieve.signals`), rounded."""
 
     def to_dict(self) -> dict[str, JSONValue]:
-        return {"legs": dict(self.legs), "features": list(self.features), "expand": self.expand}
+        out: dict[str, JSONValue] = {
+            "legs": dict(self.legs),
+            "features": list(self.features),
+            "expand": self.expand,
+            "weighed_by": self.weighed_by,
+        }
+        if self.reason:
+            out["reason"] = self.reason
+        if self.signals:
+            out["signals"] = dict(self.signals)
+        return out
 
 
 @dataclass(frozen=True, slots=True)

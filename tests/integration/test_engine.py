@@ -71,12 +71,25 @@ def test_search_returns_provenance_for_every_hit(fake_engine: Engine) -> None:
     result = fake_engine.search("ERR-4012", k=5)
     assert result.hits and result.release == 1
     assert "identifier" in result.route.features
-    assert result.route.legs["lexical"] > result.route.legs["dense"]
+    # the learned router: an identifier pushes the split towards lexical, and says so
+    assert result.route.weighed_by.startswith("router-")
+    assert "identifier 1 → lexical" in result.route.reason
+    assert result.route.signals["identifier"] == 1.0
+    plain = fake_engine.search("pgbouncer pool exhaustion", k=5).route.legs
+    legs = result.route.legs
+    assert legs["lexical"] / legs["dense"] > plain["lexical"] / plain["dense"]
     for hit in result.hits:
         assert hit.contributions
         assert hit.score == pytest.approx(sum(c.fused_part for c in hit.contributions))
-        for c in hit.contributions:
-            assert c.fused_part == pytest.approx(result.route.legs[c.leg] / (60 + c.rank))
+        for c in hit.contributions:  # convex: weight × the score min-max normalized in its list
+            assert 0.0 <= c.fused_part <= legs[c.leg] + 1e-9
+    assert any(c.fused_part == pytest.approx(legs[c.leg]) for c in result.hits[0].contributions)
+    rules = fake_engine.search("ERR-4012", k=5, preset="rules")
+    assert rules.route.weighed_by == "rules"
+    assert rules.route.legs["lexical"] > rules.route.legs["dense"]
+    for hit in rules.hits:
+        for c in hit.contributions:  # RRF: weight / (k + rank)
+            assert c.fused_part == pytest.approx(rules.route.legs[c.leg] / (60 + c.rank))
     top = result.hits[0]
     assert "ERR-4012" in top.text
     graph = [h for h in result.hits if h.graph is not None]

@@ -75,7 +75,21 @@ def test_ablation_json_run_file_and_gates(
     assert code == 0, err
     data = json.loads(out)
     names = [r["name"] for r in data["runs"]]
-    assert names == ["lexical", "dense", "graph", "hybrid", "default", "+expand", "+rerank-blend"]
+    assert names == [
+        "lexical",
+        "dense",
+        "graph",
+        "hybrid",
+        "rules",
+        "default",
+        "+expand",
+        "+rerank-blend",
+        "oracle-route",
+    ]
+    router = data["router"]["all"]
+    assert router["n"] == 40 and 0.0 <= router["accuracy"] <= 1.0
+    assert router["oracle_gain"] >= router["gain"] and router["regret"] >= 0.0
+    assert sum(router["oracle_routes"].values()) == 40 and sum(router["routes"].values()) == 40
     by = {r["name"]: r for r in data["runs"]}
     for run in data["runs"]:
         assert set(run["slices"]) == {"all", "even", "odd"}
@@ -199,3 +213,46 @@ def test_extra_rows_need_their_model(
     code = main(["eval", "--dataset", str(mini_scifact), "--preset", "+rerank-ce", "--no-progress"])
     _, err = capsys.readouterr()
     assert code == 2 and "--rerank-model" in err
+
+
+def test_train_router_writes_a_model_that_routes(
+    mini_scifact: Path, mini_index: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from clew.retrieve.adaptive import load_router
+
+    train = mini_scifact / "qrels" / "train.tsv"
+    train.write_text((mini_scifact / "qrels" / "test.tsv").read_text())
+    out = tmp_path / "router.json"
+    examples = tmp_path / "examples.json"
+    args = ["train-router", "--dataset", f"{mini_scifact}:train", "--out", str(out)]
+    indexes = ["--indexes", str(tmp_path / "indexes"), "--examples", str(examples)]
+    code = main([*args, *indexes, "--no-progress"])
+    text, err = capsys.readouterr()
+    assert code == 0, err
+    model = load_router(str(out))
+    assert model.version.startswith("router-") and model.info["examples"] == {"mini-scifact0": 40}
+    assert "mini-scifact0" in text and "signal weights" in text
+    rows = json.loads(examples.read_text())["examples"]
+    assert len(rows) == 40 and all(len(r["gains"]) == 7 for r in rows)
+    # the collected examples are reused: no index is opened the second time
+    code = main([*args, "--indexes", "/nonexistent/x", "--examples", str(examples)])
+    assert code == 0 and load_router(str(out)) == model
+    capsys.readouterr()
+    # the model routes a search; test splits are refused
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"router: {{model: {str(out)!r}}}\n")
+    code = main(
+        [
+            "search",
+            "cancer",
+            "--index",
+            str(tmp_path / "indexes" / "mini-scifact0"),
+            "--config",
+            str(cfg),
+            "--json",
+        ]
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0 and data["route"]["weighed_by"] == model.version
+    code = main(["train-router", "--dataset", f"{mini_scifact}:test", "--out", str(out)])
+    assert code == 2 and "never test" in capsys.readouterr().err

@@ -26,7 +26,9 @@ def test_paraphrase_found_by_dense_leg(sample_engine: Engine) -> None:
 def test_relation_query_uses_the_graph(sample_engine: Engine) -> None:
     result = sample_engine.search("what else broke after the pgbouncer migration", k=10)
     assert {"entity", "relation"} <= set(result.route.features)
-    assert result.route.legs.get("graph", 0) >= 1.0
+    cfg = sample_engine.config
+    assert result.route.legs.get("graph", 0) == cfg.router.relation_graph_weight
+    assert cfg.router.relation_graph_weight > cfg.fusion.graph_weight
     docs = {h.doc_id for h in result.hits}
     assert "postmortem-inc-2031.md" in docs
     assert any(h.graph is not None for h in result.hits)

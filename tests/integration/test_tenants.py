@@ -324,7 +324,14 @@ def test_mcp_tools_never_cross_tenants(engine: Engine) -> None:
 def test_route_does_not_reveal_identifiers_of_other_tenants(api: Api) -> None:
     probe = api("POST", "/search", "a", json={"query": "ERR-9999 status"}).json()
     blank = api("POST", "/search", "a", json={"query": "ERR-9990 status"}).json()
-    assert probe["route"] == blank["route"]
+
+    def without_dense(route: dict[str, Any]) -> dict[str, Any]:
+        # the dense signals differ with the query's text (two strings embed differently),
+        # whoever else is in the index; everything else must be the same
+        signals = {k: v for k, v in route["signals"].items() if k.startswith("lexical_")}
+        return {**{k: v for k, v in route.items() if k != "signals"}, "signals": signals}
+
+    assert without_dense(probe["route"]) == without_dense(blank["route"])
 
 
 def test_filter_errors_do_not_reveal_other_tenants_fields(api: Api) -> None:

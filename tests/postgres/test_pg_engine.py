@@ -62,6 +62,22 @@ def ids(result: Any) -> list[str]:
     return [h.chunk_id for h in result.hits]
 
 
+def assert_same_up_to_near_ties(got: Any, want: Any) -> None:
+    """The same ranking, except that hits whose fused scores tie within float noise may swap.
+
+    PostgreSQL computes BM25 in float64 SQL, the embedded index in float32 numpy: raw scores
+    agree to about 1e-7. Convex fusion and graph expansion compute with the scores themselves,
+    so two hits that tie within that noise (or a tie at the cut-off) can come in either order."""
+    scores = [h.score for h in want.hits]
+    assert [h.score for h in got.hits] == pytest.approx(scores, rel=1e-5, abs=1e-9)
+    for a, b in zip(got.hits, want.hits, strict=True):
+        if a.chunk_id == b.chunk_id:
+            continue
+        tied = {h.chunk_id for h in want.hits if h.score == pytest.approx(a.score, rel=1e-5)}
+        at_cutoff = scores[-1] == pytest.approx(a.score, rel=1e-5)
+        assert a.chunk_id in tied or at_cutoff, (a.chunk_id, b.chunk_id)
+
+
 @pytest.mark.parametrize("preset", ["default", "lexical", "dense", "graph"])
 def test_same_top10_as_embedded(engines: tuple[Engine, Engine], preset: str) -> None:
     embedded, pg = engines
@@ -89,7 +105,7 @@ def test_filter_inside_every_sql_leg(engines: tuple[Engine, Engine], flt: dict[s
             cfg = replace(preset_config(preset), expand=ExpandConfig(enabled=True))
             got = pg.search(query, k=20, filter=flt, config=cfg)
             want = embedded.search(query, k=20, filter=flt, config=cfg)
-            assert ids(got) == ids(want), (query, preset)
+            assert_same_up_to_near_ties(got, want)
             for hit in got.hits:
                 doc = pg.document(hit.doc_id)
                 assert doc is not None
@@ -222,8 +238,13 @@ def test_memories_recency_and_expansion_on_postgres(pg_server: Any, tmp_path: Pa
             got = pg.search(
                 "what else broke after the pgbouncer migration", config=cfg, filter=flt, k=20
             )
-            assert ids(got) == ids(want)
-            assert [h.expansion for h in got.hits] == [h.expansion for h in want.hits]
+            assert_same_up_to_near_ties(got, want)
+            paths = {h.chunk_id: h.expansion for h in want.hits}
+            for h in got.hits:  # the same path to every hit both return
+                if h.chunk_id in paths:
+                    assert [(p.seed, p.hops) for p in h.expansion] == [
+                        (p.seed, p.hops) for p in paths[h.chunk_id]
+                    ]
             if flt is None:
                 assert any(h.expansion for h in got.hits)
         _no_copies(pg)

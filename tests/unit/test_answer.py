@@ -38,7 +38,7 @@ def test_evidence_features_use_ranks_not_raw_scores() -> None:
         leg_top={"lexical": ["d#0", "e#0"], "dense": ["d#0"]},
         hits=[top],
         leg_weights={"lexical": 1.0, "dense": 1.0},
-        rrf_k=60,
+        unit=1 / 61,
         coverages=[0.5, 0.9],
         sentence_overlap=0.3,
     )
@@ -53,7 +53,7 @@ def test_evidence_features_use_ranks_not_raw_scores() -> None:
         leg_top={"lexical": ["d#0"], "dense": ["d#0"]},
         hits=[top],
         leg_weights={"lexical": 1.0, "dense": 1.0},
-        rrf_k=60,
+        unit=1 / 61,
         coverages=[0.5],
         sentence_overlap=0.3,
     )

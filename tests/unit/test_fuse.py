@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from clew.retrieve.fuse import Fused, dedup, rrf
+from clew.retrieve.fuse import Fused, convex, dedup, fuse, rrf
 from clew.types import LegHit
 
 
@@ -72,3 +72,46 @@ def test_dedup_folds_same_content_into_best() -> None:
     out = dedup(fused, {1: "h1", 2: "h1", 3: "h3"}.__getitem__)
     assert [f.ordinal for f in out] == [1, 3]
     assert out[0].duplicates == (2,)
+
+
+def test_convex_hand_computed() -> None:
+    lists = {
+        "lexical": [LegHit(1, 9.0), LegHit(3, 5.0), LegHit(4, 1.0)],
+        "dense": [LegHit(2, 0.8), LegHit(1, 0.6), LegHit(4, 0.4)],
+    }
+    fused = convex(lists, {"lexical": 0.8, "dense": 1.2}, ids)
+    by = {f.ordinal: f for f in fused}
+    # each leg's scores are min-max normalized within its own list, then weighted
+    assert by[1].score == pytest.approx(0.8 * 1.0 + 1.2 * 0.5)
+    assert by[2].score == pytest.approx(1.2 * 1.0)
+    assert by[3].score == pytest.approx(0.8 * 0.5)
+    assert by[4].score == pytest.approx(0.0)
+    assert [f.ordinal for f in fused] == [1, 2, 3, 4]
+    parts = {c.leg: (c.rank, c.raw_score, c.fused_part) for c in by[1].contributions}
+    assert parts == {
+        "lexical": (1, 9.0, pytest.approx(0.8)),
+        "dense": (2, 0.6, pytest.approx(0.6)),
+    }
+
+
+def test_convex_score_gaps_matter_where_rrf_sees_only_ranks() -> None:
+    # the lexical leg's rank 1 is far ahead of its rank 2; the dense leg's two are near tied
+    lists = {
+        "lexical": [LegHit(1, 20.0), LegHit(2, 2.0), LegHit(5, 1.0)],
+        "dense": [LegHit(2, 0.81), LegHit(1, 0.80), LegHit(5, 0.2)],
+    }
+    weights = {"lexical": 1.0, "dense": 1.0}
+    assert [f.ordinal for f in convex(lists, weights, ids)][:2] == [1, 2]
+    tied = rrf(lists, weights, 60, ids)  # same ranks both ways: RRF ties, broken by id
+    assert tied[0].score == pytest.approx(tied[1].score)
+
+
+def test_convex_single_score_list_weighs_fully_and_methods_dispatch() -> None:
+    lists = {"lexical": [LegHit(7, 3.0)], "graph": [LegHit(8, 1.0), LegHit(9, 1.0)]}
+    fused = convex(lists, {"lexical": 1.0, "graph": 0.15}, ids)
+    assert fused[0].ordinal == 7 and fused[0].score == pytest.approx(1.0)
+    assert {f.ordinal: f.score for f in fused}[8] == pytest.approx(0.15)  # flat list: all top
+    assert convex({"lexical": []}, {"lexical": 1.0}, ids) == []
+    assert convex(lists, {"lexical": 0.0, "graph": 0.0}, ids) == []
+    assert fuse("rrf", lists, {"lexical": 1.0}, 60, ids)[0].score == pytest.approx(1 / 61)
+    assert fuse("convex", lists, {"lexical": 1.0}, 60, ids)[0].score == pytest.approx(1.0)

@@ -131,7 +131,7 @@ def test_missing_slice_metric_legs_config() -> None:
     gate = Gate("m", "2hop", no_worse_than_best_leg=0.01)  # legs have no ndcg@10
     (reason,) = check_gates([gate], "m", TABLE)
     assert reason == (
-        "m/2hop: no single-leg results for ndcg@10 (legs: lexical, dense, graph); "
+        "m/2hop: no single-leg results for ndcg@10 (legs: lexical, dense, graph, hybrid); "
         "run with --ablate to check no_worse_than_best_leg"
     )
     only_default = {"default": TABLE["default"]}

@@ -142,13 +142,13 @@ def evidence_features(
     leg_top: Mapping[str, Sequence[str]],
     hits: Sequence[Hit],
     leg_weights: Mapping[str, float],
-    rrf_k: int,
+    unit: float,
     coverages: Sequence[float],
     sentence_overlap: float,
 ) -> dict[str, float]:
     """The abstention features of one retrieval (see :data:`EVIDENCE`)."""
     run_legs = [leg for leg in LEGS if leg_weights.get(leg, 0.0) > 0 and leg in leg_scores]
-    best = sum(leg_weights[leg] for leg in run_legs) / (rrf_k + 1) if run_legs else 1.0
+    best = sum(leg_weights[leg] for leg in run_legs) * unit if run_legs else 1.0
     fused = 0.0
     agree = 0.0
     if hits:

@@ -64,7 +64,7 @@ def respond(
         leg_top={leg: [keys[h.ordinal][0] for h in hits[:10]] for leg, hits in run.lists.items()},
         hits=run.hits,
         leg_weights=run.route.legs,
-        rrf_k=cfg.fusion.rrf_k,
+        unit=cfg.fusion.top_part(),
         coverages=coverages,
         sentence_overlap=float(selected[0].parts.get("term_overlap", 0.0)) if selected else 0.0,
     )

@@ -222,14 +222,15 @@ def check_gates(
     table: Mapping[str, Mapping[str, Mapping[str, float]]],
     *,
     config: str = "default",
-    legs: Sequence[str] = ("lexical", "dense", "graph"),
+    legs: Sequence[str] = ("lexical", "dense", "graph", "hybrid"),
 ) -> list[str]:
     """Check the gates of ``dataset`` against ``table``; one human-readable reason per failure.
 
     ``table`` maps config name -> slice name (``"all"`` = overall) -> canonical metric -> value.
-    ``config`` is the config under test; ``legs`` name the single-leg configs that
-    ``no_worse_than_best_leg`` compares against. Missing slices, metrics or leg rows are failures
-    too, with a reason naming what is missing. An empty list means every gate passed.
+    ``config`` is the config under test; ``legs`` name the configs that
+    ``no_worse_than_best_leg`` compares against (each leg alone and hybrid RRF without graph).
+    Missing slices, metrics or leg rows are failures too, with a reason naming what is missing.
+    An empty list means every gate passed.
     """
     reasons: list[str] = []
     for gate in gates:

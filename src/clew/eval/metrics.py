@@ -170,6 +170,11 @@ def score(metric: str, ranked: Sequence[str], qrels: Mapping[str, int]) -> float
     return _FUNCTIONS[family](ranked, qrels, k)
 
 
+def route_gain(ranked: Sequence[str], qrels: Mapping[str, int]) -> float:
+    """The router's per-query objective: the mean of nDCG@10 and Recall@5."""
+    return 0.5 * (ndcg_at_k(ranked, qrels, 10) + recall_at_k(ranked, qrels, 5))
+
+
 def evaluate(
     run: Mapping[str, Sequence[str]],
     qrels: Mapping[str, Mapping[str, int]],

@@ -24,6 +24,7 @@ from clew.config import EngineConfig, preset_config
 from clew.engine import Engine, display_target
 from clew.eval.datasets import Dataset
 from clew.eval.metrics import evaluate, mean_metrics, percentile
+from clew.eval.routes import ORACLE, candidate_configs, oracle_records, route_report, share_of
 from clew.ingest.analyze import ANALYZER_VERSION
 from clew.models.embedder import cache_dir
 from clew.types import SearchResult
@@ -38,8 +39,9 @@ METRICS: tuple[str, ...] = (
     "mrr@10",
     "map@100",
 )
-ABLATIONS: tuple[str, ...] = ("lexical", "dense", "graph", "hybrid", "default")
-"""Ablation order: each leg alone, hybrid RRF without graph, hybrid + graph (the default)."""
+ABLATIONS: tuple[str, ...] = ("lexical", "dense", "graph", "hybrid", "rules", "default")
+"""Ablation order: each leg alone, hybrid RRF without graph, hybrid + graph routed by the rules
+alone, the default (rules, then the learned leg weights). ``--ablate`` adds ``oracle-route``."""
 EXTRAS: tuple[str, ...] = ("+expand", "+rerank-blend")
 """Rows after the ablation: default + graph expansion, default + the untrained feature blend.
 ``configs_for`` adds ``+rerank-features`` and ``+rerank-ce`` when given trained models."""
@@ -65,6 +67,10 @@ class QueryRecord:
     """Tokens the assembler keeps from the top hits (budget, near-duplicate skip, floor)."""
     undiversified_tokens: int = 0
     """The same without the near-duplicate skip: what the diversity pass saves."""
+    share: float | None = None
+    """The route's dense share of the lexical + dense weight (None: neither leg ran)."""
+    reason: str = ""
+    """Why the router weighed the legs so (empty when the rules did)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +98,9 @@ class EvalResult:
     runs: tuple[ConfigRun, ...]
     seconds: float
     environment: dict[str, str] = field(default_factory=dict)
+    router: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Slice → the router report of the default run (:func:`clew.eval.routes.route_report`);
+    empty unless the eval ran the candidate routes (``--ablate``)."""
 
     def table(self) -> dict[str, dict[str, dict[str, float]]]:
         """Config → slice → metric, the shape the gates read."""
@@ -108,6 +117,7 @@ class EvalResult:
             "skipped_queries": self.skipped,
             "seconds": round(self.seconds, 3),
             "environment": self.environment,
+            "router": self.router,
             "runs": [
                 {
                     "name": r.name,
@@ -214,6 +224,8 @@ def _record(
         context_tokens=sum(h.token_count for h in result.hits[:k]),
         assembled_tokens=context.tokens,
         undiversified_tokens=plain.tokens,
+        share=share_of(result.route.legs, config),
+        reason=result.route.reason,
     )
 
 
@@ -294,11 +306,15 @@ def run_eval(
     k: int = 10,
     progress: bool = False,
     on_run: Callable[[ConfigRun], None] | None = None,
+    oracle: bool = False,
 ) -> EvalResult:
-    """Evaluate each (name, config) on one dataset; the index is built once for all."""
+    """Evaluate each (name, config) on one dataset; the index is built once for all. With
+    ``oracle``, also run every candidate route (:mod:`clew.eval.routes`): an ``oracle-route``
+    row and the router report of the ``default`` run (or the first)."""
     started = time.perf_counter()
     base = configs[0][1]
     engine = open_index(dataset, base, index, progress=progress)
+    router: dict[str, dict[str, Any]] = {}
     try:
         runs = []
         for name, cfg in configs:
@@ -306,6 +322,12 @@ def run_eval(
             runs.append(run)
             if on_run is not None:
                 on_run(run)
+        if oracle and runs:
+            primary = next((r for r in runs if r.name == "default"), runs[0])
+            row, router = _oracle_route(engine, dataset, primary, k, progress)
+            runs.append(row)
+            if on_run is not None:
+                on_run(row)
         release = engine.store.release()
         path = display_target(engine.url) if engine.url else str(engine.directory)
     finally:
@@ -321,7 +343,36 @@ def run_eval(
         runs=tuple(runs),
         seconds=time.perf_counter() - started,
         environment={"python": platform.python_version(), "cpus": str(os.cpu_count())},
+        router=router,
     )
+
+
+def _oracle_route(
+    engine: Engine, dataset: Dataset, primary: ConfigRun, k: int, progress: bool
+) -> tuple[ConfigRun, dict[str, dict[str, Any]]]:
+    """The oracle-route row and the router report of ``primary``."""
+    runs = {
+        name: run_config(engine, dataset, name, cfg, k, progress=progress)
+        for name, cfg in candidate_configs(primary.config)
+    }
+    ranked = {name: {r.qid: r.ranked_docs for r in run.records} for name, run in runs.items()}
+    choice = oracle_records(ranked, dataset.qrels)
+    by_qid = {name: {r.qid: r for r in run.records} for name, run in runs.items()}
+    records = [by_qid[choice[r.qid]][r.qid] for r in primary.records]
+    row = summarize(ORACLE, primary.config, records, dataset.qrels)
+    slices: dict[str, list[str]] = defaultdict(list)
+    for r in primary.records:
+        slices[ALL].append(r.qid)
+        if r.slice != ALL:
+            slices[r.slice].append(r.qid)
+    report = route_report(
+        {r.qid: r.share for r in primary.records},
+        {r.qid: r.ranked_docs for r in primary.records},
+        ranked,
+        dataset.qrels,
+        dict(sorted(slices.items())),
+    )
+    return row, report
 
 
 def variant(name: str, models: Mapping[str, str] | None = None) -> EngineConfig:
@@ -419,4 +470,26 @@ def format_table(result: EvalResult) -> str:
             legs = "  ".join(f"{k} {v:.3f}" for k, v in row.items())
             ran = ", ".join(f"{leg} {n}" for leg, n in run.legs_run.get(s, {}).items())
             lines.append(f"  {run.name:<10} {s:<12} {legs}   legs run: {ran}")
+    if result.router:
+        lines.append("")
+        lines.append(format_router(result.router))
+    return "\n".join(lines)
+
+
+def format_router(report: Mapping[str, Mapping[str, Any]]) -> str:
+    """The router report: per slice, accuracy, regret and the routes taken against the oracle's
+    (dense share of the lexical + dense weight → queries)."""
+    lines = [
+        "router: gain = (nDCG@10 + Recall@5) / 2; accuracy = taken route (nearest candidate) "
+        "as good as the oracle route; regret = oracle gain - default gain",
+        f"  {'slice':<12} {'n':>5} {'accuracy':>8} {'regret':>8} {'gain':>8} {'oracle':>8}"
+        "   routes taken | oracle routes (dense share: queries)",
+    ]
+    for s, row in report.items():
+        taken = " ".join(f"{k}:{v}" for k, v in row["routes"].items())
+        best = " ".join(f"{k}:{v}" for k, v in row["oracle_routes"].items())
+        lines.append(
+            f"  {s:<12} {row['n']:>5} {row['accuracy']:>8.3f} {row['regret']:>8.4f} "
+            f"{row['gain']:>8.4f} {row['oracle_gain']:>8.4f}   {taken} | {best}"
+        )
     return "\n".join(lines)

@@ -83,8 +83,10 @@ def fit_logistic(
     l2: float = 1.0,
     iterations: int = 50,
     info: Mapping[str, Any] | None = None,
+    sample_weight: npt.NDArray[np.float64] | None = None,
 ) -> LogisticModel:
-    """L2-regularised logistic regression by Newton's method (deterministic)."""
+    """L2-regularised logistic regression by Newton's method (deterministic). With
+    ``sample_weight``, each row's loss counts that much (e.g. 1 / rows of its dataset)."""
     if x.ndim != 2 or x.shape[1] != len(features) or len(x) != len(y):
         raise ConfigError(f"training matrix has shape {x.shape}; expected (n, {len(features)})")
     if len(set(y.tolist())) < 2:
@@ -96,10 +98,13 @@ def fit_logistic(
     w = np.zeros(z.shape[1])
     reg = np.full(z.shape[1], l2)
     reg[-1] = 0.0
+    sw = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    if sw.shape != y.shape or not (sw > 0).all():
+        raise ConfigError(f"sample weights must be {len(y)} positive values")
     for _ in range(iterations):
         p = 1.0 / (1.0 + np.exp(-(z @ w)))
-        grad = z.T @ (p - y) + reg * w
-        hess = (z * (p * (1 - p))[:, None]).T @ z + np.diag(reg) + 1e-9 * np.eye(len(w))
+        grad = z.T @ (sw * (p - y)) + reg * w
+        hess = (z * (sw * p * (1 - p))[:, None]).T @ z + np.diag(reg) + 1e-9 * np.eye(len(w))
         step = np.linalg.solve(hess, grad)
         w -= step
         if float(np.abs(step).max()) < 1e-10:

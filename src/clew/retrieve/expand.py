@@ -253,7 +253,9 @@ def expand(
         via = np.full(size, -1, dtype=np.int64)
         for node, node_score in frontier:
             t, w, c, v = walker.neighbours(node)
-            cand = node_score * w * pen
+            # 12 decimals: equal products computed in another order (another seed, another
+            # backend's float path) differ in their last bit, which must not decide a tie
+            cand = np.round(node_score * w * pen, 12)
             better = cand > score[t]  # strict: an earlier (better) source keeps a tie
             t, cand, c, v = t[better], cand[better], c[better], v[better]
             score[t], source[t], edge[t], via[t] = cand, node, c, v

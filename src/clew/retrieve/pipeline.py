@@ -1,9 +1,10 @@
 """The query pipeline, in its fixed order, over one :class:`~clew.protocols.Snapshot`.
 
 validate → filter (compiled once by the backend) → link concepts → route → legs (lexical,
-dense, graph; in parallel, each with the same compiled filter, over-fetched) → fuse (RRF,
-contributions kept) → dedup (content hash) → recency → expand → rerank → hits. The pipeline
-never asks which backend it has: the snapshot answers every leg and every lookup."""
+dense, graph; in parallel, each with the same compiled filter, over-fetched) → weigh (the
+learned router) → fuse (convex or RRF, contributions kept) → dedup (content hash) → recency
+→ expand → rerank → hits. The pipeline never asks which backend it has: the snapshot answers
+every leg and every lookup."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ from clew.ingest.analyze import query_terms
 from clew.protocols import ChunkRow, Matrix, RerankCandidate, Reranker, Snapshot
 from clew.retrieve.expand import expand
 from clew.retrieve.features import features
-from clew.retrieve.fuse import dedup, rrf
+from clew.retrieve.fuse import dedup, fuse
 from clew.retrieve.recency import apply_recency
 from clew.retrieve.rerank import rerank
-from clew.retrieve.route import route
+from clew.retrieve.route import adaptive, route, weigh
 from clew.retrieve.run import SAME_SCOPE, BrokenReranker, Run, elapsed_ms, to_hit
 from clew.types import LegHit
 
@@ -113,6 +114,10 @@ def retrieve(
     if "graph" in chosen.legs:
         pooled["graph"] = lambda: snap.graph(query, where, cfg.graph, linked, scoped)
     lists = _run_legs(services.pool, pooled, inline, timings)
+    if adaptive(chosen, cfg.router):
+        t = time.perf_counter()
+        chosen = weigh(chosen, lists, tokens, snap.idf(list(tokens), scoped), cfg)
+        timings["weigh"] = elapsed_ms(t)
 
     t = time.perf_counter()
     keys = snap.keys
@@ -124,7 +129,7 @@ def retrieve(
     def content_hash(o: int) -> str:
         return keys[o][1]
 
-    fused = rrf(lists, chosen.legs, cfg.fusion.rrf_k, chunk_id)
+    fused = fuse(cfg.fusion.method, lists, chosen.legs, cfg.fusion.rrf_k, chunk_id)
     if cfg.fusion.dedup:
         fused = dedup(fused, content_hash)
     timings["fuse"] = elapsed_ms(t)
@@ -132,7 +137,7 @@ def retrieve(
     rc = cfg.recency
     if fused and rc.weight > 0 and (rc.documents or (rc.memories and snap.has_memories())):
         t = time.perf_counter()
-        fused = apply_recency(fused, snap, rc, reference, cfg.fusion.rrf_k)
+        fused = apply_recency(fused, snap, rc, reference, cfg.fusion.top_part())
         timings["recency"] = elapsed_ms(t)
     run = Run(cfg, query, k, to_json(node), preset or "default", snap, chosen, lists, fused)
     run.scope = to_json(scope_node)

@@ -30,11 +30,12 @@ def apply_recency(
     snap: Snapshot,
     rc: RecencyConfig,
     reference: float,
-    rrf_k: int,
+    unit: float,
 ) -> list[Fused]:
-    """Recency weighting after fusion, as its own additive part on the RRF scale: a hit
-    created ``age`` days before ``reference`` gains ``weight * 0.5 ** (age / half_life) /
-    (rrf_k + 1)`` (a brand-new hit: ``weight`` times a rank-1 leg's part; an old one almost
+    """Recency weighting after fusion, as its own additive part on the fusion's scale: a hit
+    created ``age`` days before ``reference`` gains ``weight * 0.5 ** (age / half_life) *
+    unit`` (``unit``: a rank-1 part of a weight-1 leg, :meth:`clew.config.FusionConfig.top_part`; a
+    brand-new hit gains ``weight`` times a rank-1 leg's part; an old one almost
     nothing, so age never buries an exact match). Memories, and documents when configured;
     hits without ``created_at`` are left alone. Each boosted hit gets a ``recency``
     contribution: its new rank, its age in days as the raw score, and the part it gained."""
@@ -55,7 +56,7 @@ def apply_recency(
             out.append(f)
             continue
         age = max(0.0, (reference - when) / 86_400.0)
-        part = rc.weight * 0.5 ** (age / rc.half_life_days) / (rrf_k + 1)
+        part = rc.weight * 0.5 ** (age / rc.half_life_days) * unit
         gained[o] = (round(age, 3), part)
         out.append(replace(f, score=f.score + part))
     if not gained:

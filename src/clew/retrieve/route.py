@@ -8,15 +8,22 @@ snake_case, UPPER_SNAKE or dotted identifier), ``entity`` (the query names a con
 Starting from the config's fusion weights, rules only scale weights; a leg whose base weight is 0
 never runs, and the graph leg does not run without a linked concept. A relation cue with a
 linked concept also turns graph expansion on (``router.relation_expand``).
+
+With ``router.adaptive`` (the default), :func:`weigh` then resets the lexical and dense weights
+once the legs have run: the learned model (:mod:`clew.retrieve.adaptive`) splits their summed
+base weight by the legs' own lists; the graph weight stays as the rules set it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 
-from clew.config import FusionConfig, RouterConfig
+from clew.config import EngineConfig, FusionConfig, RouterConfig
 from clew.ingest.concepts import find_identifiers
-from clew.types import Route
+from clew.retrieve.adaptive import dense_share, load_router, reasons
+from clew.retrieve.signals import signals
+from clew.types import LegHit, Route
 
 _RELATION = re.compile(
     r"\b(what else|caused by|cause[sd]?|because of|led to|lead to|leads to|resulted in|"
@@ -84,3 +91,50 @@ def route(query: str, linked_concepts: int, fusion: FusionConfig, router: Router
         and "entity" in features
     )
     return Route(legs=legs, features=tuple(features), expand=expand)
+
+
+def adaptive(chosen: Route, router: RouterConfig) -> bool:
+    """Whether :func:`weigh` applies: the router and its model are on and both legs run."""
+    return (
+        router.enabled and router.adaptive and "lexical" in chosen.legs and "dense" in chosen.legs
+    )
+
+
+def weigh(
+    chosen: Route,
+    lists: Mapping[str, Sequence[LegHit]],
+    terms: Mapping[str, float],
+    idf: Mapping[str, float],
+    cfg: EngineConfig,
+) -> Route:
+    """The route with its lexical and dense weights set by the router model."""
+    model = load_router(cfg.router.model)
+    k1 = cfg.lexical.k1
+    max_lexical = sum(w * idf.get(t, 0.0) * (k1 + 1.0) for t, w in terms.items())
+    values = signals(
+        lists,
+        {"lexical": cfg.lexical.depth, "dense": cfg.dense.depth},
+        max_lexical,
+        len(terms),
+        chosen.features,
+    )
+    share = dense_share(model, values)
+    legs = dict(chosen.legs)
+    lexical = round(cfg.fusion.lexical_weight * 2.0 * (1.0 - share), 6)
+    dense = round(cfg.fusion.dense_weight * 2.0 * share, 6)
+    for leg, w in (("lexical", lexical), ("dense", dense)):
+        if w > 0:
+            legs[leg] = w
+        else:
+            legs.pop(leg, None)
+    lead, other = ("dense", "lexical") if share >= 0.5 else ("lexical", "dense")
+    why = reasons(model, values)
+    reason = f"{lead} {legs.get(lead, 0.0):.2g}, {other} {legs.get(other, 0.0):.2g}"
+    return Route(
+        legs=legs,
+        features=chosen.features,
+        expand=chosen.expand,
+        weighed_by=model.version,
+        reason=f"{reason} ({why})",
+        signals={s: round(v, 4) for s, v in values.items()},
+    )

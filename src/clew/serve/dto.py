@@ -32,7 +32,7 @@ MAX_FILTER_DEPTH = 16
 MAX_FILTER_NODES = 1_000
 
 # spelled out for the OpenAPI schema and the type checker; a test keeps them equal to the engine's
-Preset = Literal["default", "dense", "fixed", "graph", "hybrid", "lexical"]
+Preset = Literal["default", "dense", "fixed", "graph", "hybrid", "lexical", "rules"]
 Rerank = Literal["none", "features", "cross-encoder", "llm"]
 Mode = Literal["extractive", "generative"]
 CHOICES = {"preset": (Preset, PRESETS), "rerank": (Rerank, RERANKERS), "mode": (Mode, ANSWER_MODES)}

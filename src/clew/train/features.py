@@ -129,3 +129,28 @@ def train_features(
         "l2": l2,
     }
     return fit_logistic(x, y, FEATURES, l2=l2, info=info)
+
+
+def fit_features_across(
+    rows: Sequence[
+        tuple[str, np.ndarray[Any, np.dtype[np.float64]], np.ndarray[Any, np.dtype[np.float64]]]
+    ],
+    *,
+    l2: float = 1.0,
+) -> LogisticModel:
+    """One feature reranker from several train sets' :func:`feature_rows` (name, x, y), each
+    set weighing the same however many candidates it has (rows scaled so the total is the
+    number of rows, which keeps ``l2`` comparable with a single-set fit)."""
+    kept = [(name, x, y) for name, x, y in rows if len(y)]
+    if not kept:
+        raise ValueError("no candidates; give train sets with judged queries")
+    total = sum(len(y) for _, _, y in kept)
+    x = np.vstack([x for _, x, _ in kept])
+    y = np.concatenate([y for _, _, y in kept])
+    weight = np.concatenate([np.full(len(y), total / (len(y) * len(kept))) for _, _, y in kept])
+    info = {
+        "datasets": {name: {"candidates": len(y), "relevant": int(y.sum())} for name, _, y in kept},
+        "l2": l2,
+        "balanced": "each dataset weighs the same",
+    }
+    return fit_logistic(x, y, FEATURES, l2=l2, info=info, sample_weight=weight)
