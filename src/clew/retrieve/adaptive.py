@@ -182,9 +182,17 @@ def _load(path: str, mtime_ns: int) -> RouterModel:
     return parse_router(data, f"router model {path!r}")
 
 
+@lru_cache(maxsize=1)
+def _shipped() -> RouterModel:
+    return _load(str(SHIPPED), SHIPPED.stat().st_mtime_ns)
+
+
 def load_router(path: str = "") -> RouterModel:
-    """The model at ``path`` ("" = the one shipped with clew); read once per file version."""
-    target = Path(path) if path else SHIPPED
+    """The model at ``path`` ("" = the one shipped with clew, read once per process); a
+    user's file is read again when it changes (one ``stat`` per query)."""
+    if not path:
+        return _shipped()
+    target = Path(path)
     try:
         mtime = target.stat().st_mtime_ns
     except OSError as exc:

@@ -43,12 +43,29 @@ def order(fused: list[Fused], chunk_id: Callable[[int], str]) -> None:
     )
 
 
-def _fused(
-    parts: Mapping[int, list[Contribution]],
-    trails: Mapping[int, GraphTrail],
+def _weighted(
+    lists: Mapping[str, Sequence[LegHit]],
+    weights: Mapping[str, float],
     chunk_id: Callable[[int], str],
+    part_of: Callable[[float, Sequence[LegHit]], Callable[[int, LegHit], float]],
 ) -> list[Fused]:
-    """One fused hit per ordinal (score = the sum of its parts), in :func:`order`."""
+    """The shared loop: legs in sorted name order (a stable sum), a leg of weight 0 skipped,
+    each hit's part from ``part_of(weight, hits)(rank, hit)``, contributions and the first
+    graph trail kept, then one fused hit per ordinal in :func:`order`."""
+    parts: dict[int, list[Contribution]] = {}
+    trails: dict[int, GraphTrail] = {}
+    for leg in sorted(lists):
+        weight = weights.get(leg, 0.0)
+        hits = lists[leg]
+        if weight <= 0 or not hits:
+            continue
+        part = part_of(weight, hits)
+        for rank, hit in enumerate(hits, start=1):
+            parts.setdefault(hit.ordinal, []).append(
+                Contribution(leg=leg, rank=rank, raw_score=hit.score, fused_part=part(rank, hit))
+            )
+            if hit.trail is not None and hit.ordinal not in trails:
+                trails[hit.ordinal] = hit.trail
     fused = [
         Fused(
             ordinal=o,
@@ -68,21 +85,12 @@ def rrf(
     k: int,
     chunk_id: Callable[[int], str],
 ) -> list[Fused]:
-    """Fuse ranked lists; legs are visited in sorted name order for a stable sum."""
-    parts: dict[int, list[Contribution]] = {}
-    trails: dict[int, GraphTrail] = {}
-    for leg in sorted(lists):
-        weight = weights.get(leg, 0.0)
-        if weight <= 0:
-            continue
-        for rank, hit in enumerate(lists[leg], start=1):
-            part = weight / (k + rank)
-            parts.setdefault(hit.ordinal, []).append(
-                Contribution(leg=leg, rank=rank, raw_score=hit.score, fused_part=part)
-            )
-            if hit.trail is not None and hit.ordinal not in trails:
-                trails[hit.ordinal] = hit.trail
-    return _fused(parts, trails, chunk_id)
+    """Weighted RRF: a hit at rank ``r`` of a leg of weight ``w`` adds ``w / (k + r)``."""
+
+    def part_of(weight: float, hits: Sequence[LegHit]) -> Callable[[int, LegHit], float]:
+        return lambda rank, hit: weight / (k + rank)
+
+    return _weighted(lists, weights, chunk_id, part_of)
 
 
 FUSIONS = ("convex", "rrf")
@@ -106,25 +114,16 @@ def convex(
     weights: Mapping[str, float],
     chunk_id: Callable[[int], str],
 ) -> list[Fused]:
-    """Weighted sum of min-max normalized scores; legs in sorted name order for a stable sum."""
-    parts: dict[int, list[Contribution]] = {}
-    trails: dict[int, GraphTrail] = {}
-    for leg in sorted(lists):
-        weight = weights.get(leg, 0.0)
-        hits = lists[leg]
-        if weight <= 0 or not hits:
-            continue
-        hi = max(h.score for h in hits)
+    """Weighted sum of each leg's scores min-max normalized within its own list."""
+
+    def part_of(weight: float, hits: Sequence[LegHit]) -> Callable[[int, LegHit], float]:
         lo = min(h.score for h in hits)
-        span = hi - lo
-        for rank, hit in enumerate(hits, start=1):
-            part = weight * ((hit.score - lo) / span if span > 0 else 1.0)
-            parts.setdefault(hit.ordinal, []).append(
-                Contribution(leg=leg, rank=rank, raw_score=hit.score, fused_part=part)
-            )
-            if hit.trail is not None and hit.ordinal not in trails:
-                trails[hit.ordinal] = hit.trail
-    return _fused(parts, trails, chunk_id)
+        span = max(h.score for h in hits) - lo
+        if span <= 0:
+            return lambda rank, hit: weight * 1.0
+        return lambda rank, hit: weight * ((hit.score - lo) / span)
+
+    return _weighted(lists, weights, chunk_id, part_of)
 
 
 def dedup(fused: Sequence[Fused], content_hash: Callable[[int], str]) -> list[Fused]:
