@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -380,14 +381,17 @@ def test_twenty_kilobytes_of_ampersands_give_spacy_nothing_to_peel(real_nlp: Any
 class FakeEnt:
     label_ = "ORG"
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, start: int) -> None:
         self.text = text
+        self.start_char, self.end_char = start, start + len(text)
 
 
 class FakeDoc(list[Any]):
     def __init__(self, text: str) -> None:
         super().__init__()
-        self.ents = [FakeEnt(w) for w in text.split() if w.istitle()]
+        self.text = text
+        self.ents = [FakeEnt(m.group(), m.start()) for m in re.finditer(r"\S+", text)]
+        self.ents = [e for e in self.ents if e.text.istitle()]
 
 
 class SlowFakeNlp:
@@ -415,7 +419,8 @@ def test_a_document_past_its_time_budget_gets_identifiers_only(
     nlp = SlowFakeNlp(clock)
     extractor = ConceptExtractor(ConceptConfig(), IngestLimits(concept_budget_s=2.5))
     extractor._nlp = nlp
-    slow = [f"Acme{i} ERR-{4000 + i}" for i in range(6)]
+    names = ("alpha", "beta", "gamma", "delta", "eta", "zeta")
+    slow = [f"Acme{n} ERR-{4000 + i}" for i, n in enumerate(names)]
     other = ["Globex ERR-5000", "Initech ERR-5001"]
     with caplog.at_level(logging.WARNING, logger="clew.ingest.concepts"):
         mentions = extractor.extract([*slow, *other], [("slow.md", 6), ("other.md", 2)])

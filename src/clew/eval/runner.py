@@ -26,6 +26,7 @@ from clew.eval.datasets import Dataset
 from clew.eval.metrics import evaluate, mean_metrics, percentile
 from clew.eval.routes import ORACLE, candidate_configs, oracle_records, route_report, share_of
 from clew.ingest.analyze import ANALYZER_VERSION
+from clew.ingest.concepts import VERSION as CONCEPTS_VERSION
 from clew.models.embedder import cache_dir
 from clew.types import SearchResult
 
@@ -142,6 +143,7 @@ def ingest_key(dataset: Dataset, config: EngineConfig) -> str:
             "chunk": [config.chunk.max_tokens, config.chunk.overlap_tokens],
             "concepts": [config.concepts.spacy, config.concepts.max_phrase_words],
             "analyzer": ANALYZER_VERSION,
+            "extractor": CONCEPTS_VERSION,
         },
         sort_keys=True,
     )

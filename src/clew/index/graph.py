@@ -27,7 +27,7 @@ from clew.config import GraphConfig
 from clew.filters import Mask
 from clew.index.topk import top_k
 from clew.ingest.analyze import STOP_WORDS, concept_key, words
-from clew.ingest.concepts import find_identifiers
+from clew.ingest.concepts import find_identifiers, identifier_shaped
 from clew.links import CONCEPT_PREFIX, split_link
 from clew.protocols import GraphRows
 from clew.types import GraphTrail, LegHit
@@ -71,7 +71,7 @@ class _FuzzyIndex:
 
     def cover(self, keys: Sequence[str], kinds: Sequence[str]) -> None:
         for key, kind in zip(keys, kinds, strict=True):
-            wanted = kind != "identifier" and len(key) >= 5
+            wanted = kind != "identifier" and len(key) >= 5 and fuzzy_linkable(key.split())
             if self._keys.get(key) or (key in self._keys and not wanted):
                 continue
             self._keys[key] = wanted
@@ -329,12 +329,14 @@ class GraphIndex:
                 if n == 1 and gram[0] in STOP_WORDS:
                     continue
                 raw = " ".join(gram)
-                row = self.key_to_row.get(concept_key(raw, identifier=True))
-                if row is None:
-                    row = self.key_to_row.get(concept_key(raw))
+                row = None
+                for key in gram_keys(raw):
+                    row = self.key_to_row.get(key)
+                    if row is not None:
+                        break
                 if row is not None:
                     add(row, "exact")
-                elif n <= 2:
+                elif n <= 2 and fuzzy_linkable(gram):
                     unmatched.append(concept_key(raw))
         if fuzzy:
             for key in unmatched:
@@ -537,6 +539,26 @@ def _pagerank(
 def _scale(v: Vector) -> Vector:
     top = float(v.max()) if len(v) else 0.0
     return v / top if top > 0 else v
+
+
+def gram_keys(raw: str) -> tuple[str, ...]:
+    """The concept keys a query n-gram may name, in the order tried: as an identifier, as a
+    name (not plural-folded), as a phrase."""
+    return tuple(
+        dict.fromkeys(
+            (
+                concept_key(raw, identifier=True),
+                concept_key(raw, fold=False),
+                concept_key(raw),
+            )
+        )
+    )
+
+
+def fuzzy_linkable(gram: Sequence[str]) -> bool:
+    """Whether words may link one edit away: never an identifier-shaped word or one with a
+    digit (``4.2.0`` is not ``4.2.1``, ``BMS-E17`` is not ``BMS-E18``)."""
+    return not any(any(c.isdigit() for c in w) or identifier_shaped(w) for w in gram)
 
 
 def _deletions(key: str) -> list[str]:

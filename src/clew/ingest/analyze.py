@@ -292,12 +292,13 @@ _KEY_DROP = frozenset(
 _KEY_PUNCT = re.compile(r"[^\w\s\-./:]+", re.UNICODE)
 
 
-def concept_key(surface: str, *, identifier: bool = False) -> str:
+def concept_key(surface: str, *, identifier: bool = False, fold: bool = True) -> str:
     """Normalized key of a concept, so that aliases merge.
 
     Identifiers keep their exact (casefolded) form: ``ERR-4412`` and ``ERR-4413`` never merge.
     Other surfaces drop punctuation and leading determiners and fold plurals word by word:
-    ``the PgBouncer migrations`` → ``pgbouncer migration``.
+    ``the PgBouncer migrations`` → ``pgbouncer migration``; ``fold=False`` (names: ``Rui
+    Matos``) keeps the words as they are.
     """
     text = normalize(surface).strip()
     if identifier:
@@ -307,4 +308,4 @@ def concept_key(surface: str, *, identifier: bool = False) -> str:
     parts = [p for p in parts if p]
     while parts and parts[0] in _KEY_DROP:
         parts = parts[1:]
-    return " ".join(fold_plural(p) for p in parts)
+    return " ".join(fold_plural(p) for p in parts) if fold else " ".join(parts)

