@@ -854,7 +854,10 @@ def _table(
     rows = ["    leg        rank   raw score   fused part"]
     for c in contribs:
         rows.append(f"    {c.leg:<9} {c.rank:>5}   {c.raw_score:>9.4f}   {c.fused_part:>10.6f}")
-    if graph is not None:
+    if graph is not None and (graph.seed or graph.steps):
+        path = "".join(f" -{s.edge}{f' {s.via}' if s.via else ''}-> {s.to}" for s in graph.steps)
+        rows.append(f"    graph: PageRank from {graph.seed or '(no seed in reach)'}{path}")
+    elif graph is not None:
         via = f" via {', '.join(graph.via)}" if graph.via else ""
         rows.append(f"    graph: {graph.hops} hop(s) from {', '.join(graph.concepts)}{via}")
     if duplicates:

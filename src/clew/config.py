@@ -93,9 +93,54 @@ class GraphConfig:
     word_weight: float = 1.0
     """Weight of a plain one-word phrase concept (a common noun) against identifiers, named
     entities and multi-word phrases; 0 = never link them."""
+    method: str = "auto"
+    """``ppr`` (Personalized PageRank over chunks and concepts, seeded by the linked concepts
+    and the top lexical + dense passages; :mod:`clew.index.ppr`), ``walk`` (hop 1 and 2 from
+    the linked concepts, in parallel with the other legs; the ``rules`` preset) or ``auto``
+    (the router's plan: PPR for a question that names an entity or identifier, where it pays
+    for running after the text legs; the walk otherwise)."""
+    damping: float = 0.8
+    """PPR: probability that the walk goes on at each step (it restarts at a seed otherwise)."""
+    ppr_iterations: int = 12
+    ppr_epsilon: float = 1e-4
+    """PPR: a node moves its mass on only while it holds more than this (of a total of 1)."""
+    seed_passages: int = 10
+    """PPR: how many top passages of the lexical + dense fusion seed the walk (0: none)."""
+    passage_share: float = 0.7
+    """PPR: the share of the restart mass on seed passages when concepts seed it too."""
+    next_share: float = 0.1
+    """PPR: probability that a walk leaving a chunk takes a NEXT / LINKS_TO edge, if it has one."""
+    stop_fraction: float = 0.2
+    """PPR: a concept mentioned by more than this share of the chunks (and by more than 20) is a
+    stop-concept: it seeds nothing, however the query names it."""
+    ppr_keep_restart: bool = False
+    """PPR: whether a seed passage's score keeps the mass of the walk's first restart there.
+    False: every chunk scores by the mass the walk brings it over edges, so the leg tells how
+    connected a chunk is to the query's concepts and its other top passages (the lexical and
+    dense legs already said how well it matches)."""
 
     def __post_init__(self) -> None:
         _check(1 <= self.depth <= 10_000, "graph.depth", self.depth, "1..10000")
+        _check(
+            self.method in ("auto", "ppr", "walk"), "graph.method", self.method, "auto, ppr, walk"
+        )
+        _check(0.0 < self.damping < 1.0, "graph.damping", self.damping, "(0, 1)")
+        _check(
+            1 <= self.ppr_iterations <= 100,
+            "graph.ppr_iterations",
+            self.ppr_iterations,
+            "1..100",
+        )
+        _check(0.0 < self.ppr_epsilon < 1.0, "graph.ppr_epsilon", self.ppr_epsilon, "(0, 1)")
+        _check(0 <= self.seed_passages <= 100, "graph.seed_passages", self.seed_passages, "0..100")
+        _check(
+            0.0 <= self.passage_share <= 1.0,
+            "graph.passage_share",
+            self.passage_share,
+            "0.0..1.0",
+        )
+        _check(0.0 <= self.next_share <= 1.0, "graph.next_share", self.next_share, "0.0..1.0")
+        _check(0.0 < self.stop_fraction <= 1.0, "graph.stop_fraction", self.stop_fraction, "(0, 1]")
         _check(self.max_hops in (1, 2), "graph.max_hops", self.max_hops, "1 or 2")
         _check(0.0 < self.hop_penalty <= 1.0, "graph.hop_penalty", self.hop_penalty, "(0, 1]")
         _check(
@@ -165,6 +210,10 @@ class RouterConfig:
     rules-only preset, on the RRF scale, uses 0.3)."""
     quoted_lexical_boost: float = 1.3
     global_graph_weight: float = 0.3
+    named_graph_weight: float = 2.0
+    """Graph weight of a question that names an entity or an identifier the graph knows (a
+    name seeds the walk well; a common noun does not; a statement, such as a claim to check,
+    is answered by the passages that match it, not by their neighbours)."""
     relation_expand: bool = True
     """A relation cue ("what else", "caused by", "after") with a linked concept turns graph
     expansion on for that query, even when ``expand.enabled`` is off."""
@@ -534,8 +583,10 @@ PRESETS: dict[str, EngineConfig] = {
     "rules": _preset(
         fusion={"method": "rrf"},
         expand={"hop_penalty": 0.5},
+        graph={"method": "walk"},
         router={
             "adaptive": False,
+            "named_graph_weight": 0.0,
             "relation_graph_weight": 1.0,
             "question_graph_weight": 0.3,
             "global_graph_weight": 0.8,

@@ -94,19 +94,6 @@ class Contribution:
 
 
 @dataclass(frozen=True, slots=True)
-class GraphTrail:
-    """Why the graph leg reached a chunk: the concepts it came through and the hop count."""
-
-    concepts: tuple[str, ...]
-    hops: int
-    via: tuple[str, ...] = ()
-    """For 2-hop reach: the related concepts the walk passed through."""
-
-    def to_dict(self) -> dict[str, JSONValue]:
-        return {"concepts": list(self.concepts), "hops": self.hops, "via": list(self.via)}
-
-
-@dataclass(frozen=True, slots=True)
 class PathStep:
     """One chunk-to-chunk step of a graph-expansion walk."""
 
@@ -120,6 +107,32 @@ class PathStep:
 
     def to_dict(self) -> dict[str, JSONValue]:
         return {"edge": self.edge, "via": self.via, "to": self.to}
+
+
+@dataclass(frozen=True, slots=True)
+class GraphTrail:
+    """Why the graph leg reached a chunk: the concepts it came through and the hop count."""
+
+    concepts: tuple[str, ...]
+    hops: int
+    via: tuple[str, ...] = ()
+    """For 2-hop reach: the related concepts the walk passed through."""
+    seed: str = ""
+    """Personalized PageRank: where the strongest path starts, a query concept's key or the
+    chunk id of a seed passage ("" when no seed is within reach of the explanation)."""
+    steps: tuple[PathStep, ...] = ()
+    """Personalized PageRank: that path's steps, from the seed to this chunk."""
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        out: dict[str, JSONValue] = {
+            "concepts": list(self.concepts),
+            "hops": self.hops,
+            "via": list(self.via),
+        }
+        if self.seed or self.steps:
+            out["seed"] = self.seed
+            out["steps"] = [s.to_dict() for s in self.steps]
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +250,31 @@ class RerankStatus:
         }
 
 
+PLAN_STEPS = ("lexical", "dense", "graph.walk", "graph.ppr")
+"""The steps a plan may hold."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStep:
+    """One step of a query's plan: which retrieval it runs, on what it waits, with what."""
+
+    step: str
+    """One of :data:`PLAN_STEPS`."""
+    after: tuple[str, ...] = ()
+    """Steps whose output this one reads (``graph.ppr`` seeds from the lexical and dense
+    passages)."""
+    params: dict[str, JSONValue] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.step not in PLAN_STEPS:
+            raise ValueError(
+                f"plan step {self.step!r} is unknown; allowed: {', '.join(PLAN_STEPS)}"
+            )
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {"step": self.step, "after": list(self.after), "params": dict(self.params)}
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """Which legs run and with what weight, and the query features that chose them."""
@@ -252,6 +290,8 @@ class Route:
     0.4; leg overlap@10 0.1)``."""
     signals: dict[str, float] = field(default_factory=dict)
     """The signals the router model read (:mod:`clew.retrieve.signals`), rounded."""
+    plan: tuple[PlanStep, ...] = ()
+    """The retrieval steps the query ran, in order, with their inputs and parameters."""
 
     def to_dict(self) -> dict[str, JSONValue]:
         out: dict[str, JSONValue] = {
@@ -264,6 +304,8 @@ class Route:
             out["reason"] = self.reason
         if self.signals:
             out["signals"] = dict(self.signals)
+        if self.plan:
+            out["plan"] = [s.to_dict() for s in self.plan]
         return out
 
 

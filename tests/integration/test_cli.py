@@ -25,8 +25,17 @@ def test_search_json_shape(sample_index: Path, capsys: pytest.CaptureFixture[str
     assert code == 0
     data = json.loads(out)
     assert set(data) >= {"query", "route", "hits", "release", "timings_ms"}
-    assert set(data["route"]) == {"legs", "features", "expand", "weighed_by", "reason", "signals"}
+    assert set(data["route"]) == {
+        "legs",
+        "features",
+        "expand",
+        "weighed_by",
+        "reason",
+        "signals",
+        "plan",
+    }
     assert data["route"]["weighed_by"].startswith("router-")
+    assert [s["step"] for s in data["route"]["plan"]] == ["lexical", "dense", "graph.walk"]
     assert len(data["hits"]) == 3
     hit = data["hits"][0]
     assert set(hit) >= {

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from clew import Document, Engine
-from clew.config import ConceptConfig
+from clew.config import ConceptConfig, preset_config
 from clew.errors import FilterError, QueryError, StoreError
 from clew.ingest.concepts import ConceptExtractor
 from clew.testing.fakes import FakeHashEncoder
@@ -194,12 +194,22 @@ def test_filter_graph_reach_does_not_cross_hidden_chunks(fake_engine: Engine) ->
     # "settlement-batcher" co-occurs with payments-gateway only in the sre-only 'pool' doc:
     # with a public+internal filter the 2-hop walk must not learn that edge from it.
     flt = {"audience": ["public", "internal"]}
-    full = fake_engine.search("settlement-batcher", preset="graph", k=50)
+    walk = preset_config("graph").with_overrides(graph={"method": "walk"})
+    full = fake_engine.search("settlement-batcher", config=walk, k=50)
     reached = {h.doc_id: h for h in full.hits}
     assert reached["pool"].graph.hops == 1  # type: ignore[union-attr]
     assert reached["inc-2"].graph.hops == 2  # type: ignore[union-attr]
     assert "ledger-writer" in reached["inc-2"].graph.via  # type: ignore[union-attr]
-    res = fake_engine.search("settlement-batcher", preset="graph", k=50, filter=flt)
+    res = fake_engine.search("settlement-batcher", config=walk, k=50, filter=flt)
+    assert res.hits == ()
+    # PageRank: the same wall; the full walk reaches inc-2 over a path from the seed concept
+    ppr = preset_config("graph").with_overrides(graph={"method": "ppr"})
+    full = fake_engine.search("settlement-batcher", config=ppr, k=50)
+    reached = {h.doc_id: h for h in full.hits}
+    trail = reached["inc-2"].graph
+    assert trail is not None and trail.seed == "settlement-batcher" and trail.hops >= 2
+    assert trail.steps[0].via == "settlement-batcher" and trail.steps[0].to.startswith("pool")
+    res = fake_engine.search("settlement-batcher", config=ppr, k=50, filter=flt)
     assert res.hits == ()
 
 

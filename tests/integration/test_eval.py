@@ -82,6 +82,8 @@ def test_ablation_json_run_file_and_gates(
         "hybrid",
         "rules",
         "default",
+        "-graph",
+        "graph-walk",
         "+expand",
         "+rerank-blend",
         "oracle-route",
@@ -109,6 +111,9 @@ def test_ablation_json_run_file_and_gates(
     runs = sorted(p.name for p in tmp_path.glob("run.*.txt"))
     assert runs == sorted(f"run.{n}.txt" for n in names)
     assert by["+expand"]["oracle"]["all"].get("graph_expansion", 0.0) > 0.0
+    assert "graph" not in by["-graph"]["legs_run"]["all"]
+    assert by["graph-walk"]["config"]["graph"]["method"] == "walk"
+    assert by["default"]["config"]["graph"]["method"] == "auto"
     assert "rerank" in by["+rerank-blend"]["latency_ms"]
     tokens = by["default"]["slices"]["all"]
     assert 0 < tokens["assembled_tokens"] <= tokens["undiversified_tokens"] <= 3200

@@ -25,13 +25,40 @@ def test_paraphrase_found_by_dense_leg(sample_engine: Engine) -> None:
 
 def test_relation_query_uses_the_graph(sample_engine: Engine) -> None:
     result = sample_engine.search("what else broke after the pgbouncer migration", k=10)
-    assert {"entity", "relation"} <= set(result.route.features)
+    assert {"entity", "named", "relation"} <= set(result.route.features)
     cfg = sample_engine.config
-    assert result.route.legs.get("graph", 0) == cfg.router.relation_graph_weight
-    assert cfg.router.relation_graph_weight > cfg.fusion.graph_weight
+    want = max(cfg.router.relation_graph_weight, cfg.router.named_graph_weight)
+    assert result.route.legs.get("graph", 0) == want > cfg.fusion.graph_weight
     docs = {h.doc_id for h in result.hits}
     assert "postmortem-inc-2031.md" in docs
-    assert any(h.graph is not None for h in result.hits)
+    walked = [h for h in result.hits if h.graph is not None]
+    assert walked and all(h.graph.seed for h in walked)
+
+
+def test_the_plan_seeds_the_walk_with_the_text_legs(sample_engine: Engine) -> None:
+    result = sample_engine.search("what else broke after the pgbouncer migration", k=10)
+    steps = {s.step: s for s in result.route.plan}
+    assert list(steps) == ["lexical", "dense", "graph.ppr"]
+    walk = steps["graph.ppr"]
+    assert walk.after == ("lexical", "dense")
+    assert walk.params["passages"] == sample_engine.config.graph.seed_passages
+    assert result.route.to_dict()["plan"][2]["step"] == "graph.ppr"  # type: ignore[index]
+    plain = sample_engine.search("customer was billed twice", k=5)
+    assert "graph.ppr" not in {s.step for s in plain.route.plan}  # no concept: no walk
+
+
+def test_a_walked_hit_explains_its_path(sample_engine: Engine) -> None:
+    result = sample_engine.search("which services depend on pgbouncer-core", k=10)
+    paths = [h.graph for h in result.hits if h.graph is not None and h.graph.steps]
+    assert paths
+    named = [t for t in paths if t.seed == "pgbouncer-core"]
+    assert named, [t.seed for t in paths]  # the identifier the query names seeds the walk
+    for trail in paths:
+        first = trail.steps[0]
+        from_concept = first.edge == "MENTIONS" and first.via == trail.seed
+        assert from_concept or "#" in trail.seed  # a query concept, or a seed passage's id
+        assert trail.hops == len(trail.steps)
+        assert all(s.to for s in trail.steps)
 
 
 def test_access_filter_hides_sre_documents(sample_engine: Engine) -> None:

@@ -97,6 +97,27 @@ def test_same_top10_as_embedded(engines: tuple[Engine, Engine], preset: str) -> 
                 )
 
 
+@pytest.mark.parametrize("flt", [None, {"audience": "public"}])
+@pytest.mark.parametrize("method", ["walk", "ppr"])
+def test_graph_leg_matches_embedded(
+    engines: tuple[Engine, Engine], method: str, flt: dict[str, Any] | None
+) -> None:
+    """Both graph methods, with and without a filter: the same hits, scores and graph trails
+    (the PPR walk runs over the graph the PostgreSQL backend loads once per release)."""
+    embedded, pg = engines
+    cfg = preset_config("default").with_overrides(
+        graph={"method": method}, fusion={"graph_weight": 1.0}
+    )
+    walked = 0
+    for query in QUERIES:
+        want = embedded.search(query, k=10, filter=flt, config=cfg)
+        got = pg.search(query, k=10, filter=flt, config=cfg)
+        assert_same_up_to_near_ties(got, want)
+        assert [h.graph for h in got.hits] == [h.graph for h in want.hits], query
+        walked += sum(1 for h in got.hits if h.graph is not None and h.graph.steps)
+    assert walked > 0 or method == "walk"
+
+
 @pytest.mark.parametrize("flt", [{"audience": "public"}, {"audience": ["internal", "sre"]}])
 def test_filter_inside_every_sql_leg(engines: tuple[Engine, Engine], flt: dict[str, Any]) -> None:
     embedded, pg = engines

@@ -179,7 +179,7 @@ def _yaml(text: str) -> Any:
         (
             {"gates": [{"dataset": "a", "min": {"ndcg@10": 0.1}}, {"dataset": "b", "mim": {}}]},
             r"src: gates\[1\]: unknown key 'mim'; allowed: dataset, slice, min, "
-            r"no_worse_than_best_leg, metric",
+            r"no_worse_than_best_leg, min_gain_over, metric",
         ),
         ({"gates": [{"min": {"ndcg@10": 0.1}}]}, r"gates\[0\]: missing required key 'dataset'"),
         ({"gates": [{"dataset": ""}]}, r"gates\[0\]: dataset='' is invalid"),
@@ -227,3 +227,29 @@ def test_load_gates_file_errors(tmp_path: Path) -> None:
     entry.write_text("gates:\n  - dataset: x\n    min: {ndcg@10: abc}\n", encoding="utf-8")
     with pytest.raises(EvalError, match=r"entry\.yaml: gates\[0\]: min\['ndcg@10'\]='abc'"):
         load_gates(entry)
+
+
+def test_min_gain_over_another_config() -> None:
+    (gate,) = parse_gates(
+        {
+            "gates": [
+                {
+                    "dataset": "m",
+                    "slice": "*",
+                    "min_gain_over": {"lexical": 0.05},
+                    "metric": "recall@5",
+                }
+            ]
+        }
+    )
+    assert gate.min_gain_over == {"lexical": 0.05}
+    # all +0.10 and 2hop +0.11 pass; 3hop 0.41 - 0.44 = -0.03 fails
+    assert check_gates([gate], "m", TABLE) == [
+        "m/3hop: recall@5 0.4100 is -0.0300 over lexical (0.4400); allowed at least +0.0500",
+    ]
+    loss = Gate("m", min_gain_over={"dense": -0.01}, metric="recall@5")
+    assert check_gates([loss], "m", TABLE) == []  # 0.55 vs 0.555: within the allowed loss
+    missing = Gate("m", min_gain_over={"hybrid": 0.0}, metric="recall@5")
+    assert "needed for min_gain_over" in check_gates([missing], "m", TABLE)[0]
+    with pytest.raises(EvalError, match="min_gain_over"):
+        parse_gates({"gates": [{"dataset": "m", "min_gain_over": {"hybrid": "x"}}]})

@@ -19,7 +19,7 @@ from clew.retrieve.adaptive import (
     parse_router,
     reasons,
 )
-from clew.retrieve.route import adaptive, route, weigh
+from clew.retrieve.route import adaptive, route, walks_by_pagerank, weigh
 from clew.retrieve.signals import SIGNALS, signals
 from clew.train.router import Example, fit, leave_one_out, mean_gain, route_gains
 from clew.types import LegHit
@@ -213,3 +213,20 @@ def test_features_across_sets_weigh_each_set_the_same() -> None:
     assert model.info["datasets"]["small"]["candidates"] == 40
     with pytest.raises(ValueError, match="no candidates"):
         fit_features_across([("empty", big[:0], y_big[:0])])
+
+
+def test_a_question_naming_an_entity_gets_the_pagerank_plan_and_its_weight() -> None:
+    cfg = EngineConfig()
+    named = route("who founded the Acme Corporation?", 2, cfg.fusion, cfg.router, named=1)
+    assert {"named", "question"} <= set(named.features)
+    assert named.legs["graph"] == cfg.router.named_graph_weight
+    assert walks_by_pagerank(named, "auto") and walks_by_pagerank(named, "ppr")
+    assert not walks_by_pagerank(named, "walk")
+    claim = route("Acme Corporation was founded in 1990", 2, cfg.fusion, cfg.router, named=1)
+    assert "question" not in claim.features
+    assert claim.legs["graph"] == cfg.fusion.graph_weight  # a statement: the base weight
+    assert not walks_by_pagerank(claim, "auto") and walks_by_pagerank(claim, "ppr")
+    common = route("how do refunds work?", 1, cfg.fusion, cfg.router, named=0)
+    assert "named" not in common.features and not walks_by_pagerank(common, "auto")
+    none = route("billed twice", 0, cfg.fusion, cfg.router)
+    assert "graph" not in none.legs and not walks_by_pagerank(none, "ppr")

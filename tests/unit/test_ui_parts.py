@@ -417,3 +417,38 @@ def test_app_has_no_module_level_magic() -> None:
     guard = tree.body[-1]
     assert isinstance(guard, ast.If)
     assert ast.unparse(guard) == "if __name__ == '__main__':\n    main()"
+
+
+def _walked_why(seed: str) -> dict[str, Any]:
+    steps = (PathStep("MENTIONS", "err-4413", "a.md#0:aa"), PathStep("NEXT", "", "a.md#1:bb"))
+    if seed != "err-4413":
+        steps = (PathStep("MENTIONS", "pool", "a.md#1:bb"),)
+    h = Hit(
+        chunk_id="a.md#1:bb",
+        doc_id="a.md",
+        title="A",
+        text="t",
+        score=0.5,
+        metadata={},
+        contributions=(Contribution("graph", 1, 0.02, 0.5),),
+        graph=GraphTrail(("err-4413",), len(steps), seed=seed, steps=steps),
+    )
+    return why(h, [], 1)  # type: ignore[return-value]
+
+
+def test_why_dot_of_a_pagerank_path_from_a_concept() -> None:
+    w = _walked_why("err-4413")
+    step = w["trail"][0]
+    assert step["from"] == "graph walk" and step["seed_kind"] == "concept"
+    _, edges = _graph(why_dot(w))
+    assert ("query", "concept\\nerr-4413", "mentions") in edges
+    assert ("concept\\nerr-4413", "chunk\\na.md#0:aa", "MENTIONS") in edges
+    assert ("chunk\\na.md#0:aa", "chunk\\na.md#1:bb", "NEXT") in edges
+
+
+def test_why_dot_of_a_pagerank_path_from_a_seed_passage() -> None:
+    w = _walked_why("c.md#0:cc")
+    assert w["trail"][0]["seed_kind"] == "passage"
+    _, edges = _graph(why_dot(w))
+    assert ("query", "seed chunk\\nc.md#0:cc", "fused seed") in edges
+    assert ("seed chunk\\nc.md#0:cc", "chunk\\na.md#1:bb", "MENTIONS\\npool") in edges

@@ -288,7 +288,22 @@ def why(hit: Hit, matched_terms: Sequence[str], kept_rank: int) -> dict[str, JSO
                 "document": hit.doc_id,
             }
         )
-    if hit.graph is not None:
+    if hit.graph is not None and (hit.graph.seed or hit.graph.steps):
+        # Personalized PageRank: the strongest path from a seed (a query concept or a top
+        # lexical / dense passage) to this chunk
+        first = hit.graph.steps[0] if hit.graph.steps else None
+        concept = first is not None and first.edge == "MENTIONS" and first.via == hit.graph.seed
+        trail.append(
+            {
+                "from": "graph walk",
+                "seed": hit.graph.seed,
+                "seed_kind": "concept" if concept else "passage",
+                "edges": [s.to_dict() for s in hit.graph.steps],
+                "chunk": hit.chunk_id,
+                "document": hit.doc_id,
+            }
+        )
+    elif hit.graph is not None:
         edges: list[JSONValue] = []
         if hit.graph.hops >= 2:
             edges.append({"edge": "RELATED_TO", "via": list(hit.graph.via)})

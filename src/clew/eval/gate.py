@@ -7,7 +7,8 @@
         slice: all                # "all" (default) = overall row; "*" = every slice row incl. all
         min: {ndcg@10: 0.70}      # metric -> minimum
         no_worse_than_best_leg: 0.01   # at most this far below the best single-leg run
-        metric: ndcg@10           # metric for no_worse_than_best_leg (default: first in min)
+        min_gain_over: {hybrid: 0.04}  # config -> least (config under test - it) on metric
+        metric: ndcg@10           # metric for those two (default: first in min)
 
 A results table is ``config name -> slice name ("all" = overall) -> metric -> value``; single-leg
 runs (``lexical``, ``dense``, ``graph``) are configs in the same table.
@@ -36,7 +37,7 @@ DEFAULT_METRIC = "ndcg@10"
 
 _EPS = 1e-9
 """Slack for float noise in means, so 0.7 computed as 0.69999999999 still passes ``min: 0.7``."""
-_GATE_KEYS = ("dataset", "slice", "min", "no_worse_than_best_leg", "metric")
+_GATE_KEYS = ("dataset", "slice", "min", "no_worse_than_best_leg", "min_gain_over", "metric")
 
 
 def _is_number(value: object) -> bool:
@@ -52,7 +53,10 @@ class Gate:
     no_worse_than_best_leg: float | None = None
     """Largest allowed shortfall of the config under test below the best single-leg run."""
     metric: str = DEFAULT_METRIC
-    """Metric compared by ``no_worse_than_best_leg``."""
+    """Metric compared by ``no_worse_than_best_leg`` and ``min_gain_over``."""
+    min_gain_over: dict[str, float] = field(default_factory=dict)
+    """Config name -> the least the config under test must exceed it by on ``metric``
+    (negative: the most it may fall below it)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.dataset, str) or not self.dataset:
@@ -77,10 +81,20 @@ class Gate:
                 )
             object.__setattr__(self, "no_worse_than_best_leg", float(tolerance))
         object.__setattr__(self, "metric", canonical_metric(self.metric))
-        if not minimums and tolerance is None:
+        if not isinstance(self.min_gain_over, Mapping) or not all(
+            isinstance(k, str) and k and _is_number(v) for k, v in self.min_gain_over.items()
+        ):
+            raise EvalError(
+                f"min_gain_over={self.min_gain_over!r} is invalid; "
+                "allowed: a mapping config name -> number"
+            )
+        object.__setattr__(
+            self, "min_gain_over", {k: float(v) for k, v in self.min_gain_over.items()}
+        )
+        if not minimums and tolerance is None and not self.min_gain_over:
             raise EvalError(
                 f"gate for dataset {self.dataset!r} checks nothing; "
-                "allowed: set min and/or no_worse_than_best_leg"
+                "allowed: set min, no_worse_than_best_leg and/or min_gain_over"
             )
 
 
@@ -114,6 +128,7 @@ def _parse_entry(entry: object) -> Gate:
         min=dict(minimums),
         no_worse_than_best_leg=entry.get("no_worse_than_best_leg"),
         metric=metric,
+        min_gain_over=entry.get("min_gain_over") or {},
     )
 
 
@@ -184,6 +199,19 @@ def _check_slice(
             )
         elif value < minimum - _EPS:
             reasons.append(f"{where}: {metric} {value:.4f} < min {minimum:.4f}")
+    for other, least in gate.min_gain_over.items():
+        mine, theirs = row.get(gate.metric), table.get(other, {}).get(slice_name, {})
+        base = theirs.get(gate.metric)
+        if mine is None or base is None:
+            reasons.append(
+                f"{where}: {gate.metric} of {config!r} or {other!r} missing; "
+                "needed for min_gain_over (run with --ablate)"
+            )
+        elif mine - base < least - _EPS:
+            reasons.append(
+                f"{where}: {gate.metric} {mine:.4f} is {mine - base:+.4f} over {other} "
+                f"({base:.4f}); allowed at least {least:+.4f}"
+            )
     tolerance = gate.no_worse_than_best_leg
     if tolerance is None:
         return reasons

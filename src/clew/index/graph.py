@@ -43,6 +43,8 @@ class LinkedConcept:
     how: str
     """``exact``, ``identifier`` or ``fuzzy``."""
     weight: float
+    kind: str = ""
+    """The concept's kind: ``identifier``, ``entity`` or ``phrase``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +126,8 @@ class GraphIndex:
         self._fuzzy_ready = False
         self._fuzzy_lock = threading.Lock()
         self._layout: DocLayout | None = None
+        self._adjacency: sp.csr_matrix | None = None
+        self._present: npt.NDArray[np.bool_] | None = None
         self.max_words = 1
 
     # -- building ---------------------------------------------------------------------------
@@ -216,6 +220,35 @@ class GraphIndex:
                 {d: i for i, d in enumerate(docs)},
             )
         return self._layout
+
+    def present(self) -> npt.NDArray[np.bool_]:
+        """Mask of the ordinals that are chunks of this graph (cached)."""
+        if self._present is None:
+            size = self.mentions.shape[1]
+            out = np.zeros(size, dtype=bool)
+            known = np.fromiter(self.chunk_doc, dtype=np.int64, count=len(self.chunk_doc))
+            out[known[known < size]] = True
+            self._present = out
+        return self._present
+
+    def chunk_adjacency(self) -> sp.csr_matrix:
+        """Chunk ↔ chunk edges, undirected, weight 1: NEXT within a document, and LINKS_TO
+        between the first chunks of documents that link (cached)."""
+        if self._adjacency is None:
+            size = self.mentions.shape[1]
+            pairs = [(a, b) for a, b in self.next_chunk.items() if a < size and b < size]
+            first = {d: ords[0] for d, ords in self.layout().doc_chunks.items() if ords}
+            for src, targets in self.doc_links.items():
+                a = first.get(src)
+                pairs += [(a, first[t]) for t in targets if a is not None and t in first]
+            arr = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+            arr = arr[arr[:, 0] != arr[:, 1]]
+            rows = np.concatenate([arr[:, 0], arr[:, 1]])
+            cols = np.concatenate([arr[:, 1], arr[:, 0]])
+            adj = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(size, size))
+            adj.data[:] = 1.0  # a pair that is both NEXT and a link counts once
+            self._adjacency = adj
+        return self._adjacency
 
     # -- statistics -------------------------------------------------------------------------
 
@@ -314,7 +347,12 @@ class GraphIndex:
                     return
                 weight *= word_weight
             found[row] = LinkedConcept(
-                self.concept_ids[row], self.keys[row], self.labels[row], how, weight
+                self.concept_ids[row],
+                self.keys[row],
+                self.labels[row],
+                how,
+                weight,
+                self.kinds[row],
             )
 
         for surface in find_identifiers(query):

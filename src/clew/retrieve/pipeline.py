@@ -11,24 +11,37 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from clew.config import EngineConfig
 from clew.errors import QueryError
 from clew.filters import filter_key, parse_filter, to_json
+from clew.index.graph import LinkedConcept
+from clew.index.ppr import Walk, explain, ppr
 from clew.ingest.analyze import query_terms
-from clew.protocols import ChunkRow, Matrix, RerankCandidate, Reranker, Snapshot
+from clew.protocols import (
+    ChunkRow,
+    Matrix,
+    RerankCandidate,
+    Reranker,
+    ScopeStats,
+    Snapshot,
+    Where,
+)
 from clew.retrieve.expand import expand
 from clew.retrieve.features import features
 from clew.retrieve.fuse import dedup, fuse
 from clew.retrieve.recency import apply_recency
 from clew.retrieve.rerank import rerank
-from clew.retrieve.route import adaptive, route, weigh
+from clew.retrieve.route import adaptive, route, walks_by_pagerank, weigh
 from clew.retrieve.run import SAME_SCOPE, BrokenReranker, Run, elapsed_ms, to_hit
-from clew.types import LegHit
+from clew.types import JSONValue, LegHit, PlanStep, Route
 
-__all__ = ["Services", "check_query", "retrieve"]
+__all__ = ["NAMED_KINDS", "Services", "check_query", "retrieve"]
+
+NAMED_KINDS = frozenset({"entity", "identifier"})
+"""Concept kinds that are names: a query naming one seeds the graph walk well."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +107,8 @@ def retrieve(
 
     t = time.perf_counter()
     linked = snap.link(query, cfg.graph, where, scoped)
-    chosen = route(query, len(linked), cfg.fusion, cfg.router)
+    named = sum(1 for c in linked if c.kind in NAMED_KINDS)
+    chosen = route(query, len(linked), cfg.fusion, cfg.router, named)
     timings["route"] = elapsed_ms(t)
 
     # lexical and graph run in workers; dense waits on the embedding already under way in a
@@ -111,7 +125,8 @@ def retrieve(
             return snap.dense(embedding.result(), where, cfg.dense.depth)
 
         inline["dense"] = dense
-    if "graph" in chosen.legs:
+    walk_after = walks_by_pagerank(chosen, cfg.graph.method)
+    if "graph" in chosen.legs and not walk_after:
         pooled["graph"] = lambda: snap.graph(query, where, cfg.graph, linked, scoped)
     lists = _run_legs(services.pool, pooled, inline, timings)
     if adaptive(chosen, cfg.router):
@@ -119,15 +134,25 @@ def retrieve(
         chosen = weigh(chosen, lists, tokens, snap.idf(list(tokens), scoped), cfg)
         timings["weigh"] = elapsed_ms(t)
 
-    t = time.perf_counter()
+    plan = _plan(chosen.legs, cfg, walk_after, len(linked))
+    chosen = replace(chosen, plan=plan)
     keys = snap.keys
-    snap.load_keys(h.ordinal for hits in lists.values() for h in hits)
 
     def chunk_id(o: int) -> str:
         return keys[o][0]
 
     def content_hash(o: int) -> str:
         return keys[o][1]
+
+    walk: Walk | None = None
+    if walk_after:
+        # a sequential plan: the lexical and dense passages seed the walk with the concepts
+        t = time.perf_counter()
+        lists["graph"], walk = _ppr_leg(snap, where, cfg, chosen, lists, linked, scoped, chunk_id)
+        timings["graph"] = elapsed_ms(t)
+
+    t = time.perf_counter()
+    snap.load_keys(h.ordinal for hits in lists.values() for h in hits)
 
     fused = fuse(cfg.fusion.method, lists, chosen.legs, cfg.fusion.rrf_k, chunk_id)
     if cfg.fusion.dedup:
@@ -194,6 +219,18 @@ def retrieve(
 
     t = time.perf_counter()
     top = pool[:k]
+    if walk is not None:  # the walk's hits get their path now that they are known
+        top = [
+            replace(
+                f,
+                trail=explain(
+                    snap.graph_index, walk, f.ordinal, cfg.graph, chunk_id, snap.load_keys
+                ),
+            )
+            if f.trail is None and any(c.leg == "graph" for c in f.contributions)
+            else f
+            for f in top
+        ]
     # full rows only for the hits returned; a chunk deleted by another process since this
     # snapshot was taken is dropped rather than shown from a newer release
     missing = [f.ordinal for f in top if f.ordinal not in rows]
@@ -209,6 +246,66 @@ def retrieve(
     timings["total"] = elapsed_ms(started)
     run.timings = timings
     return run
+
+
+def _plan(
+    legs: Mapping[str, float], cfg: EngineConfig, walk_after: bool, concepts: int
+) -> tuple[PlanStep, ...]:
+    """The steps the query runs, as data: the trace records them, a replay compares them."""
+    steps: list[PlanStep] = []
+    if "lexical" in legs:
+        steps.append(PlanStep("lexical", params={"depth": cfg.lexical.depth}))
+    if "dense" in legs:
+        steps.append(PlanStep("dense", params={"depth": cfg.dense.depth}))
+    if "graph" in legs:
+        g = cfg.graph
+        if walk_after:
+            text = tuple(s.step for s in steps)
+            params: dict[str, JSONValue] = {
+                "concepts": concepts,
+                "passages": g.seed_passages if text else 0,
+                "passage_share": g.passage_share,
+                "damping": g.damping,
+                "depth": g.depth,
+            }
+            steps.append(PlanStep("graph.ppr", after=text, params=params))
+        else:
+            params = {"concepts": concepts, "max_hops": g.max_hops, "depth": g.depth}
+            steps.append(PlanStep("graph.walk", params=params))
+    return tuple(steps)
+
+
+def _ppr_leg(
+    snap: Snapshot,
+    where: Where,
+    cfg: EngineConfig,
+    chosen: Route,
+    lists: Mapping[str, list[LegHit]],
+    linked: Sequence[LinkedConcept],
+    scoped: ScopeStats | None,
+    chunk_id: Callable[[int], str],
+) -> tuple[list[LegHit], Walk | None]:
+    """The graph leg as Personalized PageRank, seeded by the linked concepts and the top
+    ``graph.seed_passages`` of the lexical + dense fusion (with the route's weights)."""
+    passages: list[tuple[int, float]] = []
+    n = cfg.graph.seed_passages
+    text_legs = {leg: hits for leg, hits in lists.items() if leg != "graph"}
+    if n > 0 and text_legs:
+        snap.load_keys(h.ordinal for hits in text_legs.values() for h in hits[: 4 * n])
+        head = {leg: hits[: 4 * n] for leg, hits in text_legs.items()}
+        fused = fuse(cfg.fusion.method, head, chosen.legs, cfg.fusion.rrf_k, chunk_id)
+        # rounded: the backends' BM25 agree to ~1e-7 (float32 against float64 SQL), and the
+        # walk must not turn that noise into a different ranking
+        passages = [(f.ordinal, round(f.score, 4)) for f in fused[:n]]
+    return ppr(
+        snap.graph_index,
+        snap.mask(where),
+        cfg.graph,
+        linked,
+        passages,
+        cfg.graph.depth,
+        stats=None if scoped is None else scoped.graph,
+    )
 
 
 def _embed(embed: Callable[[str], Matrix], query: str, timings: dict[str, float]) -> Matrix:

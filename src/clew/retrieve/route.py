@@ -42,7 +42,9 @@ _QUESTION = re.compile(
 _QUOTED = re.compile(r"\"[^\"]{2,}\"|“[^”]{2,}”")
 
 
-def query_features(query: str, linked_concepts: int) -> list[str]:
+def query_features(query: str, linked_concepts: int, named: int = 0) -> list[str]:
+    """The query's features; ``named``: how many of its linked concepts are names (an entity
+    or an identifier, not a common phrase)."""
     features = []
     if find_identifiers(query) or re.search(r"\b[A-Za-z]+-\d{2,}\b", query):
         features.append("identifier")
@@ -50,6 +52,8 @@ def query_features(query: str, linked_concepts: int) -> list[str]:
         features.append("entity")
     else:
         features.append("no_concept")
+    if named:
+        features.append("named")
     if _RELATION.search(query):
         features.append("relation")
     if _GLOBAL.search(query):
@@ -61,8 +65,10 @@ def query_features(query: str, linked_concepts: int) -> list[str]:
     return features
 
 
-def route(query: str, linked_concepts: int, fusion: FusionConfig, router: RouterConfig) -> Route:
-    features = query_features(query, linked_concepts)
+def route(
+    query: str, linked_concepts: int, fusion: FusionConfig, router: RouterConfig, named: int = 0
+) -> Route:
+    features = query_features(query, linked_concepts, named)
     weights = fusion.weights()
     if router.enabled:
         base = dict(weights)
@@ -72,6 +78,8 @@ def route(query: str, linked_concepts: int, fusion: FusionConfig, router: Router
         if "quoted" in features:
             weights["lexical"] *= router.quoted_lexical_boost
         if "entity" in features and base["graph"] > 0:
+            if "named" in features and "question" in features:
+                weights["graph"] = max(weights["graph"], router.named_graph_weight)
             if "question" in features:
                 weights["graph"] = max(weights["graph"], router.question_graph_weight)
             if "relation" in features:
@@ -91,6 +99,15 @@ def route(query: str, linked_concepts: int, fusion: FusionConfig, router: Router
         and "entity" in features
     )
     return Route(legs=legs, features=tuple(features), expand=expand)
+
+
+def walks_by_pagerank(chosen: Route, method: str) -> bool:
+    """Whether the query's graph leg is Personalized PageRank (run after the text legs, which
+    seed it) rather than the hop walk (run beside them): ``graph.method`` ``ppr``, or ``auto``
+    and a question that names an entity or identifier."""
+    if "graph" not in chosen.legs or method == "walk":
+        return False
+    return method == "ppr" or {"named", "question"} <= set(chosen.features)
 
 
 def adaptive(chosen: Route, router: RouterConfig) -> bool:

@@ -281,7 +281,7 @@ class PgGraph:
                     if word_weight <= 0:
                         return
                     weight *= word_weight
-                found[key] = LinkedConcept(cid, key, label, how, weight)
+                found[key] = LinkedConcept(cid, key, label, how, weight, kind)
 
             for key in idents:
                 if key in by_key:

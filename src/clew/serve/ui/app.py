@@ -329,11 +329,22 @@ def why_dot(why: Mapping[str, Any], *, question: str = "", title: str = "") -> s
             for a in current:
                 if a != chunk:
                     dot.edge(a, chunk)
-        elif kind == "graph expansion":
+        elif kind in ("graph expansion", "graph walk"):
             seed_id = str(step.get("seed", ""))
-            current_node = dot.node("chunk", seed_id, f"seed chunk\n{seed_id}", **_OTHER_CHUNK)
-            dot.edge(query, current_node, "fused seed", style="dashed")
-            for e in step.get("edges", []):
+            if step.get("seed_kind") == "concept":
+                current_node = dot.node("concept", seed_id, f"concept\n{seed_id}", **_CONCEPT)
+                dot.edge(query, current_node, "mentions")
+            else:
+                current_node = dot.node("chunk", seed_id, f"seed chunk\n{seed_id}", **_OTHER_CHUNK)
+                dot.edge(query, current_node, "fused seed", style="dashed")
+            steps = list(step.get("edges", []))
+            if step.get("seed_kind") == "concept" and steps:
+                first = steps.pop(0)  # the concept's MENTIONS of the first chunk
+                to = str(first.get("to", ""))
+                target = chunk if to == chunk_id else dot.node("chunk", to, f"chunk\n{to}")
+                dot.edge(current_node, target, "MENTIONS")
+                current_node = target
+            for e in steps:
                 to = str(e.get("to", ""))
                 target = chunk if to == chunk_id else dot.node("chunk", to, f"chunk\n{to}")
                 step_via = str(e.get("via", "") or "")
