@@ -839,12 +839,17 @@ def _trail_text(step: dict[str, Any]) -> str:
             e["edge"] + (f" ({', '.join(e['via'])})" if e.get("via") else "") for e in step["edges"]
         )
         return f"concepts {', '.join(step['concepts'])} → {edges} → {end}"
-    if kind == "graph expansion":
+    if kind in ("graph expansion", "graph walk"):
         edges = " → ".join(
             f"{e['edge']}{' ' + repr(e['via']) if e['via'] else ''} → {e['to']}"
             for e in step["edges"]
         )
-        return f"seed {step['seed']} → {edges} → document {step['document']}"
+        seed = step["seed"]
+        if kind == "graph walk":
+            seed = f"PageRank from {step.get('seed_kind', 'passage')} {seed or '(none in reach)'}"
+        else:
+            seed = f"seed {seed}"
+        return f"{seed} → {edges} → document {step['document']}" if edges else f"{seed} → {end}"
     return json.dumps(step)
 
 

@@ -220,6 +220,11 @@ def test_ask_text_shows_why(sample_index: Path, capsys: pytest.CaptureFixture[st
     )
     assert code == 0
     assert "[1]" in out and "why:" in out and "found by:" in out and "trace: tr-" in out
+    code, out, _ = run(capsys, "ask", "What does ERR-4413 mean?", "--index", str(sample_index))
+    walked = [line for line in out.splitlines() if "why: PageRank from" in line]
+    assert code == 0 and walked, out  # a question naming an identifier: the PageRank plan
+    assert all("{" not in line for line in walked)  # a sentence, not a raw JSON step
+    assert any("PageRank from concept err-4413 → MENTIONS 'err-4413' → " in w for w in walked)
 
 
 def test_replay_unknown_trace_is_a_one_line_error(
