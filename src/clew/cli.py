@@ -285,6 +285,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="also write the result to DIR/<dataset>.json (what `clew serve` shows at /eval)",
     )
+    ev.add_argument("--answers", action="store_true", help="score answers, not rankings")
+    ev.add_argument("--unrelated", help="with --answers: a dataset whose questions should abstain")
+    ev.add_argument("--hidden", action="store_true", help="with --answers: ask again, gold hidden")
     ev.add_argument("--no-progress", action="store_true")
 
     sv = sub.add_parser("serve", help="HTTP API (FastAPI on uvicorn)")
@@ -703,6 +706,10 @@ def _eval(args: argparse.Namespace) -> int:
         if args.limit < 1:
             raise ClewError(f"--limit {args.limit} is invalid; allowed: >= 1")
         dataset = dataset.subset(args.limit)
+    if args.answers:
+        from clew.eval.answers import answers_command
+
+        return answers_command(args, dataset)
     gates = load_gates(args.gate) if args.gate else ()
     base = EngineConfig.from_yaml(args.config) if args.config else None
     models = {}

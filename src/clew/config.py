@@ -348,6 +348,11 @@ class AnswerConfig:
     mode: str = "extractive"
     """``extractive`` (no LLM, deterministic) or ``generative`` (OpenAI-compatible endpoint)."""
     max_sentences: int = 3
+    max_words: int = 60
+    chunks: int = 4
+    """Best-ranked hits whose sentences compete for the extractive answer."""
+    """Longest extractive answer in words: the best sentence always, then supporting sentences
+    while the answer stays within this."""
     abstain: bool = True
     """Answer "not in the indexed sources" when the evidence does not clear the calibrated bar."""
     calibration: str = ""
@@ -359,6 +364,8 @@ class AnswerConfig:
     def __post_init__(self) -> None:
         _check(self.mode in ANSWER_MODES, "answer.mode", self.mode, ", ".join(ANSWER_MODES))
         _check(1 <= self.max_sentences <= 20, "answer.max_sentences", self.max_sentences, "1..20")
+        _check(1 <= self.chunks <= 20, "answer.chunks", self.chunks, "1..20")
+        _check(10 <= self.max_words <= 2000, "answer.max_words", self.max_words, "10..2000")
         _check(0.0 < self.timeout_s <= 600.0, "answer.timeout_s", self.timeout_s, "(0, 600]")
 
 

@@ -146,8 +146,7 @@ def test_markdown_blocks_headings_lists_and_tables() -> None:
         "ERR-4412 is an expired card",
         "the issuer declined the retry\n  after three attempts",
         "numbered items work too",
-        "code | meaning of the code",
-        "ERR-4413 | issuer declined",
+        "ERR-4413 | issuer declined",  # the header row names columns: not a sentence
         "pool.max_size = 10",
     ]
 
@@ -274,7 +273,7 @@ def test_encoder_path_uses_one_batched_call() -> None:
     assert len(batch) == 1 + sum(len(split_sentences(h.text)) for h in ERRORS)
     top = picked[0]
     assert top.sentence.text == "ERR-4413 means the card issuer declined the retry."
-    assert set(top.parts) == {"term_overlap", "cosine", "chunk_rank", "identifier"}
+    assert set(top.parts) == {"term_overlap", "cosine", "chunk_rank", "identifier", "answer_type"}
     assert 0.0 < top.parts["cosine"] <= DENSE_WEIGHTS["cosine"]
     assert top.parts["term_overlap"] == pytest.approx(DENSE_WEIGHTS["term_overlap"])
 

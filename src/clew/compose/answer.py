@@ -264,7 +264,7 @@ def _balanced(probs: npt.NDArray[np.float64], y: npt.NDArray[np.float64], t: flo
 # -- why these sources -----------------------------------------------------------------------
 
 
-def why(hit: Hit, matched_terms: Sequence[str], kept_rank: int) -> dict[str, JSONValue]:
+def why(hit: Hit, matched_terms: Sequence[str], kept_rank: int | None) -> dict[str, JSONValue]:
     """The trail that led to a cited chunk: terms and concepts → edges → chunk → document."""
     trail: list[dict[str, JSONValue]] = []
     legs = {c.leg: c for c in hit.contributions}
@@ -331,7 +331,11 @@ def why(hit: Hit, matched_terms: Sequence[str], kept_rank: int) -> dict[str, JSO
         "trail": trail,
         "legs": [c.to_dict() for c in hit.contributions],
         "rerank": None if hit.rerank is None else hit.rerank.to_dict(),
-        "context": f"kept at rank {kept_rank} of the assembled context",
+        "context": (
+            f"kept at rank {kept_rank} of the assembled context"
+            if kept_rank is not None
+            else "below the assembled context's score floor; its sentence answered"
+        ),
     }
 
 

@@ -43,6 +43,8 @@ from itertools import pairwise
 import numpy as np
 
 from clew.compose.assemble import jaccard
+from clew.compose.clean import plain, split_cells, table_row
+from clew.compose.question import classify, names, type_match
 from clew.errors import ModelError, QueryError
 from clew.ingest.analyze import analyze, query_terms, words
 from clew.protocols import AsymmetricEncoder, Encoder
@@ -61,6 +63,12 @@ LEXICAL_WEIGHTS: Mapping[str, float] = {"term_overlap": 0.9, "chunk_rank": 0.1}
 """Weights without an encoder: :data:`DENSE_WEIGHTS` less ``cosine``, renormalised to 1."""
 IDENTIFIER_BONUS = 0.2
 """Added × the share of the question's identifiers the sentence names exactly."""
+ANSWER_TYPE_WEIGHT = 0.25
+"""Added when the sentence holds a span of the type the question asks for
+(:func:`clew.compose.question.type_match`: a duration for "how long", a date for "when" …)."""
+BRIDGE_WEIGHT = 0.3
+"""Added when the sentence names a name the chosen sentences bring (one the question does not
+say): the bridge from the first hop's answer to the second."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +84,8 @@ class Sentence:
     """Character offset of the sentence's first character in ``hit.text``."""
     end: int
     """Character offset just past its last character (``hit.text[start:end]``)."""
+    kind: str = "text"
+    """``text`` (prose or a list item), ``row`` (a table row), ``code`` or ``heading``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,20 +205,33 @@ def _split_block(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return out
 
 
-def _blocks(text: str) -> list[tuple[int, int, bool]]:
-    """Units of the text as (start, end, splittable): paragraphs and list items are split into
-    sentences later; table rows and code lines are kept whole."""
-    units: list[tuple[int, int, bool]] = []
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    start: int
+    end: int
+    kind: str
+    """``text`` (a paragraph or list item, split into sentences later), ``row`` (a table row),
+    ``code`` (a fenced-code line) or ``heading``."""
+    header: tuple[str, ...] | None = None
+    """A table row's column names (None: the table has no header row)."""
+
+
+def _units(text: str) -> list[_Unit]:
+    """Units of the text in order: paragraphs and list items (split into sentences later), table
+    rows and code lines (kept whole), headings."""
+    units: list[_Unit] = []
     block: list[int] = []  # [start, end] of the open paragraph or list item
     in_fence = False
+    header: tuple[str, ...] | None = None
 
     def flush() -> None:
         if block:
-            units.append((block[0], block[1], True))
+            units.append(_Unit(block[0], block[1], "text"))
             block.clear()
 
+    lines = text.splitlines(keepends=True)
     pos = 0
-    for raw in text.splitlines(keepends=True):
+    for n, raw in enumerate(lines):
         line_start = pos
         pos += len(raw)
         line = raw.rstrip("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
@@ -220,20 +243,36 @@ def _blocks(text: str) -> list[tuple[int, int, bool]]:
             continue
         if in_fence:
             if stripped:
-                units.append((line_start, line_end, False))
+                units.append(_Unit(line_start, line_end, "code"))
             continue
-        if not stripped or _HEADING.match(line) or _RULE.match(line):
+        if not stripped.startswith("|"):
+            header = None
+        if not stripped or _RULE.match(line):
             flush()
+            continue
+        heading = _HEADING.match(line)
+        if heading:
+            flush()
+            s, e = _trim(text, line_start + heading.end(), line_end)
+            while e > s and text[e - 1] == "#":  # closing hashes
+                e -= 1
+            s, e = _trim(text, s, e)
+            if e > s:
+                units.append(_Unit(s, e, "heading"))
             continue
         if stripped.startswith("|"):
             flush()
             if _TABLE_SEPARATOR.match(stripped):
                 continue
+            following = lines[n + 1].strip() if n + 1 < len(lines) else ""
+            if following.startswith("|") and _TABLE_SEPARATOR.match(following):
+                header = tuple(split_cells(stripped))  # the header row names the columns
+                continue
             s = line_start + line.index("|") + 1
             e = _trim(text, s, line_end)[1]
             if e > s and text[e - 1] == "|":
                 e -= 1
-            units.append((s, e, False))
+            units.append(_Unit(s, e, "row", header))
             continue
         marker = _LIST_MARKER.match(line)
         if marker:
@@ -269,23 +308,35 @@ def _keep(fragment: str) -> bool:
     return bool(identifiers(fragment))
 
 
+def _spans(text: str, *, headings: bool = False) -> list[tuple[int, int, _Unit, bool]]:
+    """(start, end, unit, whole) of each sentence; ``whole`` is False for the pieces of a
+    sentence cut at :data:`MAX_WORDS`."""
+    out: list[tuple[int, int, _Unit, bool]] = []
+    for unit in _units(text):
+        if unit.kind == "heading" and not headings:
+            continue
+        if unit.kind == "text":
+            spans = _split_block(text, unit.start, unit.end)
+        else:
+            spans = [(unit.start, unit.end)]
+        for s0, e0 in spans:
+            s, e = _trim(text, s0, e0)
+            if s >= e:
+                continue
+            pieces = [(s, e)] if unit.kind == "row" else _cut_long(text, s, e)
+            for ps, pe in pieces:
+                if unit.kind == "heading" or _keep(text[ps:pe]):
+                    out.append((ps, pe, unit, len(pieces) == 1))
+    return out
+
+
 def split_sentences(text: str) -> list[tuple[int, int]]:
     """``(start, end)`` character offsets of the sentences of ``text``, in order.
 
     ``text[start:end]`` is the sentence without surrounding whitespace, list markers or outer
     table pipes. See the module docstring for the rules.
     """
-    out: list[tuple[int, int]] = []
-    for start, end, splittable in _blocks(text):
-        spans = _split_block(text, start, end) if splittable else [(start, end)]
-        for s0, e0 in spans:
-            s, e = _trim(text, s0, e0)
-            if s >= e:
-                continue
-            for ps, pe in _cut_long(text, s, e):
-                if _keep(text[ps:pe]):
-                    out.append((ps, pe))
-    return out
+    return [(s, e) for s, e, _, _ in _spans(text)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,12 +352,26 @@ class _Scored:
     tokens: frozenset[str]
 
 
+def _rendered(raw: str, unit: _Unit, whole: bool) -> str:
+    """A sentence as the answer shows it: plain text, a table row as ``column: value`` pairs, a
+    piece of a cut sentence marked with ``…``."""
+    if unit.kind == "row":
+        return table_row(unit.header, split_cells(raw))
+    if unit.kind == "code":
+        return " ".join(raw.split())
+    text = plain(raw)
+    if not whole and text:
+        text = f"{text} …" if not text.endswith((".", "!", "?")) else text
+    return text
+
+
 def _sentences(hits: Sequence[Hit]) -> list[Sentence]:
     out: list[Sentence] = []
     for i, hit in enumerate(hits):
-        for start, end in split_sentences(hit.text):
-            text = " ".join(hit.text[start:end].split())
-            out.append(Sentence(i, hit.chunk_id, text, start, end))
+        for start, end, unit, whole in _spans(hit.text, headings=True):
+            text = _rendered(hit.text[start:end], unit, whole)
+            if text:
+                out.append(Sentence(i, hit.chunk_id, text, start, end, unit.kind))
     return out
 
 
@@ -326,6 +391,21 @@ def _cosines(encoder: Encoder, question: str, sentences: Sequence[Sentence]) -> 
     return [float(x) for x in sims]
 
 
+def _repeats(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Whether one sentence says what the other does: token sets overlapping by more than
+    :data:`NEAR_DUPLICATE_JACCARD`, or the smaller held in the larger."""
+    if jaccard(a, b) > NEAR_DUPLICATE_JACCARD:
+        return True
+    small = min(len(a), len(b))
+    return small > 0 and len(a & b) >= NEAR_DUPLICATE_JACCARD * small
+
+
+def _novel_names(text: str, asked: str) -> frozenset[str]:
+    """Names a chosen sentence brings that the question does not say (the bridge to a second
+    hop: ``Anna Benson's husband`` → ``Kris Benson``)."""
+    return frozenset(n.casefold() for n in names(text) if n.casefold() not in asked)
+
+
 def select_sentences(
     question: str,
     hits: Sequence[Hit],
@@ -335,14 +415,19 @@ def select_sentences(
     max_sentences: int = 3,
     max_per_hit: int = 2,
     min_score: float = 0.0,
+    max_words: int | None = None,
 ) -> list[Selected]:
     """The best ``max_sentences`` sentences of ``hits`` for ``question``, best first.
 
     At most ``max_per_hit`` per hit; a sentence is skipped when it scores below ``min_score``,
     matches no question term and has no positive cosine, or its analyzer token set overlaps an
-    already chosen sentence by more than :data:`NEAR_DUPLICATE_JACCARD`. Ties are broken by
-    (hit_index, start). ``idf`` weights question terms (missing terms weigh 1.0, negative ones
-    0). See the module docstring for the score.
+    already chosen sentence by more than :data:`NEAR_DUPLICATE_JACCARD`. With ``max_words``, a
+    sentence after the first is taken only while the answer stays within that many words.
+    Headings compete only as the definition a definition question asks for. After the first
+    pick, a sentence naming a name the chosen ones bring and the question does not say gains
+    :data:`BRIDGE_WEIGHT` (the second hop of a multi-hop question).
+    Ties are broken by (hit_index, start). ``idf`` weights question terms (missing terms weigh
+    1.0, negative ones 0). See the module docstring for the score.
     """
     if max_sentences < 0:
         raise QueryError(f"max_sentences must be >= 0, got {max_sentences}")
@@ -350,9 +435,17 @@ def select_sentences(
         raise QueryError(f"max_per_hit must be >= 1, got {max_per_hit}")
     if not math.isfinite(min_score):
         raise QueryError(f"min_score must be a finite number, got {min_score}")
+    if max_words is not None and max_words < 1:
+        raise QueryError(f"max_words must be >= 1, got {max_words}")
     if max_sentences == 0:
         return []
-    sentences = _sentences(hits)
+    asked_type = classify(question)
+    sentences = [
+        s
+        for s in _sentences(hits)
+        if s.kind != "heading"
+        or type_match(asked_type.kind, s.text, question, asked_type.subject) > 0
+    ]
     if not sentences:
         return []
 
@@ -377,23 +470,51 @@ def select_sentences(
             parts["cosine"] = weights["cosine"] * cosine
         parts["chunk_rank"] = weights["chunk_rank"] / (1 + sentence.hit_index)
         parts["identifier"] = IDENTIFIER_BONUS * named
+        fits = type_match(asked_type.kind, sentence.text, question, asked_type.subject)
+        parts["answer_type"] = ANSWER_TYPE_WEIGHT * fits
         score = sum(parts.values())
         if (not matched and cosine <= 0.0) or score < min_score:
             continue
         scored.append(_Scored(sentence, score, parts, matched, tokens))
 
     scored.sort(key=lambda s: (-s.score, s.sentence.hit_index, s.sentence.start))
+    low_question = question.casefold()
     chosen: list[_Scored] = []
     per_hit: dict[int, int] = {}
-    for cand in scored:
-        if len(chosen) >= max_sentences:
+    bridges: set[str] = set()
+    words_used = 0
+    pool = list(scored)
+    while pool and len(chosen) < max_sentences:
+        best_at, best_score, best_bridge = -1, -math.inf, 0.0
+        for at, cand in enumerate(pool):
+            if per_hit.get(cand.sentence.hit_index, 0) >= max_per_hit:
+                continue
+            if any(_repeats(cand.tokens, c.tokens) for c in chosen):
+                continue
+            length = len(cand.sentence.text.split())
+            if chosen and max_words is not None and words_used + length > max_words:
+                continue
+            bridge = 0.0
+            if bridges:
+                here = cand.sentence.text.casefold()
+                bridge = BRIDGE_WEIGHT * any(b in here for b in bridges)
+            if cand.score + bridge > best_score + 1e-12:
+                best_at, best_score, best_bridge = at, cand.score + bridge, bridge
+        if best_at < 0:
             break
-        if per_hit.get(cand.sentence.hit_index, 0) >= max_per_hit:
-            continue
-        if any(jaccard(cand.tokens, c.tokens) > NEAR_DUPLICATE_JACCARD for c in chosen):
-            continue
+        cand = pool.pop(best_at)
+        if chosen:
+            cand = _Scored(
+                cand.sentence,
+                cand.score + best_bridge,
+                {**cand.parts, "bridge": best_bridge},
+                cand.matched,
+                cand.tokens,
+            )
         chosen.append(cand)
+        words_used += len(cand.sentence.text.split())
         per_hit[cand.sentence.hit_index] = per_hit.get(cand.sentence.hit_index, 0) + 1
+        bridges |= _novel_names(cand.sentence.text, low_question)
     return [Selected(c.sentence, c.score, c.parts, c.matched) for c in chosen]
 
 
@@ -410,5 +531,8 @@ def answer_text(selected: Sequence[Selected], citation_of: Mapping[int, int]) ->
             raise QueryError(
                 f"no citation number for hit {index}; citation_of has {sorted(citation_of)}"
             )
-        out.append(f"{s.sentence.text} [{citation_of[index]}]")
+        text = s.sentence.text
+        if s.sentence.kind in ("heading", "row") and not text.endswith((".", "!", "?", "…")):
+            text += "."  # a heading or a table row reads as a sentence of its own
+        out.append(f"{text} [{citation_of[index]}]")
     return " ".join(out)

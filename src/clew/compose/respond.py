@@ -18,7 +18,7 @@ from clew.compose.answer import (
     url_of,
     why,
 )
-from clew.compose.assemble import assemble
+from clew.compose.assemble import Context, assemble
 from clew.compose.extract import answer_text, select_sentences
 from clew.config import EngineConfig
 from clew.ingest.analyze import analyze, query_terms
@@ -26,12 +26,10 @@ from clew.protocols import Encoder
 from clew.retrieve.run import Run, elapsed_ms
 from clew.types import Hit
 
-__all__ = ["ANSWER_CHUNKS", "ASK_K", "respond"]
+__all__ = ["ASK_K", "answer_pool", "respond"]
 
 ASK_K = 20
 """Hits an answer considers before assembly (the token budget decides how many are kept)."""
-ANSWER_CHUNKS = 4
-"""Kept chunks whose sentences compete for the extractive answer (the best-ranked ones)."""
 
 
 def respond(
@@ -50,12 +48,14 @@ def respond(
     snap = run.snap
     asked = list(query_terms(question))
     idf = snap.idf(asked, run.scoped)
+    pool = answer_pool(run.hits, ctx, cfg.answer.chunks)
     selected = select_sentences(
         question,
-        ctx.kept[:ANSWER_CHUNKS],
+        pool,
         encoder=encoder,
         idf=idf,
         max_sentences=cfg.answer.max_sentences,
+        max_words=cfg.answer.max_words,
     )
     coverages = [coverage(idf, set(analyze(f"{h.title} {h.text}"))) for h in run.hits[:3]]
     keys = snap.keys
@@ -106,10 +106,12 @@ def respond(
             terms.setdefault(i, [])
             terms[i] += [x for x in sel.matched_terms if x not in terms[i]]
         text = answer_text(selected, number)
+        kept_at = {h.chunk_id: r for r, h in enumerate(ctx.kept, 1)}
         for i, n in sorted(number.items(), key=lambda p: p[1]):
-            h = ctx.kept[i]
+            h = pool[i]
+            where = kept_at.get(h.chunk_id)
             citations.append(
-                Citation(n, h.doc_id, h.chunk_id, h.title, url_of(h), why(h, terms[i], i + 1))
+                Citation(n, h.doc_id, h.chunk_id, h.title, url_of(h), why(h, terms[i], where))
             )
     after = ("assemble", "answer", "generate")  # the stages after retrieval, in sequence
     timings["total"] = round(timings["total"] + sum(timings.get(x, 0.0) for x in after), 3)
@@ -138,6 +140,16 @@ def respond(
         "calibration": calibration_info,
     }
     return answer, extra
+
+
+def answer_pool(hits: Sequence[Hit], ctx: Context, n: int) -> list[Hit]:
+    """The chunks whose sentences compete for the extractive answer: the best ``n`` hits in
+    rank order, less those the assembler dropped as near-duplicates of a kept one. The score
+    floor does not apply here: a hit under it may still say the answer in one sentence (on the
+    multi-hop train sets the 3rd and 4th hits held it for 14% of the questions the top two
+    missed)."""
+    twins = {d.chunk_id for d in ctx.dropped if d.reason == "near_duplicate"}
+    return [h for h in hits if h.chunk_id not in twins][:n]
 
 
 def generate(

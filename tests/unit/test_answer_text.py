@@ -1,0 +1,163 @@
+"""Answers that read as prose: markdown rendered, tables as column: value, the question's type
+steering which sentence comes first, a word budget, and the bridge to a second hop."""
+
+from __future__ import annotations
+
+import pytest
+
+from clew.compose.clean import plain, split_cells, table_row
+from clew.compose.extract import answer_text, select_sentences
+from clew.compose.question import classify, names, type_match
+from clew.errors import QueryError
+from clew.types import Hit
+
+
+def hit(cid: str, text: str) -> Hit:
+    return Hit(cid, cid.split("#")[0], "", text, 1.0, {}, ())
+
+
+# -- plain text ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        ("**VX-220** is down", "VX-220 is down"),
+        ("see [CHG-1187](chg-1187-pgbouncer-migration.md) first", "see CHG-1187 first"),
+        ("set `pool.max_size` to 10", "set pool.max_size to 10"),
+        ("the `*not emphasis*` stays", "the *not emphasis* stays"),
+        ("max_size and snake_case_name stay", "max_size and snake_case_name stay"),
+        ("an _emphasised_ word and ~~struck~~ text", "an emphasised word and struck text"),
+        ("a cut `code span", "a cut code span"),
+        ("<b>bold</b> &amp; ![diagram](d.png)", "bold & diagram"),
+        (r"escaped \*stars\* stay", "escaped *stars* stay"),
+        ("see <https://example.org/a>", "see https://example.org/a"),
+        ("a\n  soft   wrap", "a soft wrap"),
+    ],
+)
+def test_plain_renders_inline_markdown(raw: str, want: str) -> None:
+    assert plain(raw) == want
+
+
+def test_table_row_pairs_columns_with_the_header() -> None:
+    header = split_cells("| Code | Retry? | Key to use |")
+    row = split_cells("| ERR-4413 | After `Retry-After` | Same key |")
+    assert (
+        table_row(header, row) == "Code: ERR-4413; Retry?: After Retry-After; Key to use: Same key"
+    )
+    assert table_row(None, ["a", "", "b"]) == "a; b"
+    assert split_cells("| `a|b` | c \\| d |") == ["`a|b`", "c | d"]
+
+
+def test_answer_sentences_are_plain_and_tables_read_by_column() -> None:
+    text = (
+        "## Depots\n\n"
+        "| Depot | City | Status |\n"
+        "|---|---|---|\n"
+        "| Lapa | Porto | **Degraded** |\n"
+        "| Baixa | Lisbon | Open |\n\n"
+        "The [Lapa depot](lapa.md) is `degraded` since the flood.\n"
+    )
+    picked = select_sentences("Which depot in Porto is degraded?", [hit("d#0", text)])
+    shown = [s.sentence.text for s in picked]
+    assert "Depot: Lapa; City: Porto; Status: Degraded" in shown
+    assert "The Lapa depot is degraded since the flood." in shown
+    assert not any(c in t for t in shown for c in "*`[]|")
+    row = next(s for s in picked if s.sentence.kind == "row")
+    assert answer_text([row], {0: 1}) == "Depot: Lapa; City: Porto; Status: Degraded. [1]"
+
+
+# -- question types ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("question", "kind", "subject"),
+    [
+        ("What does ERR-4413 mean?", "definition", "ERR-4413"),
+        ("what is pgbouncer", "definition", "pgbouncer"),
+        ("How long is an idempotency key kept?", "duration", ""),
+        ("how many days until my customer gets their money back", "duration", ""),
+        ("How many retries are allowed?", "quantity", ""),
+        ("When did the migration start?", "time", ""),
+        ("In what year was the club formed?", "time", ""),
+        ("Who wrote the runbook?", "person", ""),
+        ("The show was written by who?", "person", ""),
+        ("Toad Hall is in a university located in what Australian city?", "entity", ""),
+        ("Where is the ledger hosted?", "place", ""),
+        ("how do I pause collection", "procedure", ""),
+        ("how did the outage end", "other", ""),
+        ("Is ERR-4412 retryable?", "yesno", ""),
+        ("Which is older, Lapa or Baixa?", "comparison", ""),
+        ("why were merchant webhooks delayed", "reason", ""),
+        ("pgbouncer", "other", ""),
+    ],
+)
+def test_question_types(question: str, kind: str, subject: str) -> None:
+    assert classify(question).kind == kind
+    assert classify(question).subject == subject
+
+
+def test_type_match_needs_a_span_the_question_does_not_say() -> None:
+    q = "How long is an idempotency key kept?"
+    assert type_match("duration", "Kept for 24 hours after the first request.", q) == 1.0
+    assert type_match("duration", "The key may be reused after that.", q) == 0.0
+    assert type_match("time", "It shipped on 2026-02-18.", "When did it ship?") == 1.0
+    assert type_match("time", "It shipped in 2026.", "Did it ship in 2026?") == 0.0
+    define = "What does ERR-4413 mean?"
+    assert type_match("definition", "ERR-4413: Idempotency key in use", define, "ERR-4413") == 1.0
+    assert type_match("definition", "ERR-4413 means the key is in use", define, "ERR-4413") == 1.0
+    assert type_match("definition", "Retry after ERR-4413 clears", define, "ERR-4413") == 0.0
+    assert names("The band Rush was formed in Toronto by Geddy Lee's friends.") == [
+        "Rush",
+        "Toronto",
+        "Geddy Lee",
+    ]
+
+
+def test_a_definition_question_is_answered_by_its_heading() -> None:
+    text = (
+        "## ERR-4413: Idempotency key in use (HTTP 409)\n\n"
+        "A request with this key is still being processed. Retry ERR-4413 after a pause.\n"
+    )
+    picked = select_sentences("What does ERR-4413 mean?", [hit("e#6", text)])
+    assert picked[0].sentence.kind == "heading"
+    assert picked[0].sentence.text == "ERR-4413: Idempotency key in use (HTTP 409)"
+    # a heading is no answer to a question that is not asking for a definition
+    other = select_sentences("When was ERR-4413 retried?", [hit("e#6", text)])
+    assert all(s.sentence.kind != "heading" for s in other)
+
+
+def test_a_duration_question_gets_the_sentence_with_a_duration_first() -> None:
+    hits = [
+        hit("glossary#3", "An idempotency key is a value you send so a retried request runs once."),
+        hit("idem#1", "Idempotency keys are kept for 24 hours."),
+    ]
+    picked = select_sentences("How long is an idempotency key kept?", hits)
+    assert picked[0].sentence.text == "Idempotency keys are kept for 24 hours."
+    assert picked[0].parts["answer_type"] > 0
+
+
+def test_the_word_budget_and_the_repeat_check() -> None:
+    hits = [
+        hit(
+            "a#0", "Keys are kept for 24 hours. Keys are kept for 24 hours after the first request."
+        ),
+        hit("b#0", " ".join(["Keys"] + ["word"] * 40) + " are kept."),
+    ]
+    picked = select_sentences("how long are keys kept", hits, max_words=20)
+    assert [s.sentence.text for s in picked] == ["Keys are kept for 24 hours."]
+    with pytest.raises(QueryError, match="max_words"):
+        select_sentences("keys", hits, max_words=0)
+
+
+def test_the_second_sentence_bridges_to_the_second_hop() -> None:
+    hits = [
+        hit("toad#0", "Toad Hall is a residential hall in Australian National University."),
+        hit("other#0", "University Hall is a residential hall at a university in Hong Kong."),
+        hit("anu#0", "The Australian National University is located in Canberra."),
+    ]
+    q = "Toad Hall is a residential hall in a university located in what city?"
+    picked = select_sentences(q, hits, max_sentences=2)
+    assert [s.sentence.chunk_id for s in picked] == ["toad#0", "anu#0"]
+    assert picked[1].parts["bridge"] > 0
+    assert sum(picked[1].parts.values()) == pytest.approx(picked[1].score)
