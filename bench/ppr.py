@@ -155,10 +155,8 @@ def main() -> int:
             f"({ratio(build_s + adj_s, build_s)} of the build).",
         ]
     )
-    path = write_result("ppr", "The graph leg at 100k chunks: walk against PPR", body, notes=notes)
-    log(f"wrote {path}")
-    for n in notes:
-        log(n)
+    write_result("ppr", "The graph leg at 100k chunks: walk against PPR", body, notes=notes)
+    print("\n".join(notes))
     return 0
 
 

@@ -175,7 +175,8 @@ def _parser() -> argparse.ArgumentParser:
     tro.add_argument("--no-progress", action="store_true")
 
     ca = sub.add_parser("calibrate", help="fit the abstention threshold on a BEIR split")
-    ca.add_argument("--dataset", required=True, help="BEIR-layout directory")
+    ca.add_argument("--dataset", help="BEIR-layout directory (or --self)")
+    ca.add_argument("--self", dest="self_", action="store_true", help="from the index's own text")
     ca.add_argument("--split", default="train")
     ca.add_argument("--out", help="calibration JSON file to write")
     ca.add_argument(
@@ -590,6 +591,10 @@ def _replay(engine: Any, args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    if args.command == "calibrate" and (args.self_ or not args.dataset):
+        from clew.train.cli import calibrate_self_command
+
+        return calibrate_self_command(args)
     from pathlib import Path
 
     from clew.eval.datasets import load_dataset

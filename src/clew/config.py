@@ -351,6 +351,8 @@ class AnswerConfig:
     max_words: int = 60
     chunks: int = 4
     """Best-ranked hits whose sentences compete for the extractive answer."""
+    embed_sentences: int = 16
+    """Sentences embedded to score by meaning, the best by terms, type and rank (0: all)."""
     """Longest extractive answer in words: the best sentence always, then supporting sentences
     while the answer stays within this."""
     abstain: bool = True
@@ -365,6 +367,12 @@ class AnswerConfig:
         _check(self.mode in ANSWER_MODES, "answer.mode", self.mode, ", ".join(ANSWER_MODES))
         _check(1 <= self.max_sentences <= 20, "answer.max_sentences", self.max_sentences, "1..20")
         _check(1 <= self.chunks <= 20, "answer.chunks", self.chunks, "1..20")
+        _check(
+            0 <= self.embed_sentences <= 1000,
+            "answer.embed_sentences",
+            self.embed_sentences,
+            "0..1000 (0: all)",
+        )
         _check(10 <= self.max_words <= 2000, "answer.max_words", self.max_words, "10..2000")
         _check(0.0 < self.timeout_s <= 600.0, "answer.timeout_s", self.timeout_s, "(0, 600]")
 

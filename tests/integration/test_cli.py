@@ -183,7 +183,7 @@ def test_ask_json_cites_and_replays(sample_index: Path, capsys: pytest.CaptureFi
     assert not data["abstained"], data["evidence"]
     assert "ERR-4413" in data["answer"] and "[1]" in data["answer"]
     cited = data["citations"][0]
-    assert set(cited) == {"n", "doc_id", "chunk_id", "title", "url", "why"}
+    assert set(cited) == {"n", "doc_id", "chunk_id", "title", "url", "why", "spans", "sentences"}
     assert cited["doc_id"].startswith("error-codes")
     assert cited["why"]["trail"] and cited["why"]["legs"]
     code, out, _ = run(capsys, "replay", data["trace_id"], "--index", str(sample_index))

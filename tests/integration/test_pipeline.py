@@ -186,7 +186,20 @@ def test_extractive_answer_cites_its_sources(engine: Engine, tmp_path: Path) -> 
     data = answer.to_dict()
     for key in ("answer", "abstained", "citations", "hits", "dropped", "trace_id"):
         assert key in data
-    assert set(data["citations"][0]) == {"n", "doc_id", "chunk_id", "title", "url", "why"}
+    assert set(data["citations"][0]) == {
+        "n",
+        "doc_id",
+        "chunk_id",
+        "title",
+        "url",
+        "why",
+        "spans",
+        "sentences",
+    }
+    cited_text = next(h.text for h in answer.hits if h.chunk_id == first.chunk_id)
+    assert len(first.spans) == len(first.sentences) >= 1
+    for (a, b), sentence in zip(first.spans, first.sentences, strict=True):
+        assert sentence.split()[0] in cited_text[a:b]
     assert data["trace_id"] and data["trace_id"].startswith("tr-")
 
 

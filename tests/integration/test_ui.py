@@ -357,6 +357,13 @@ def test_browser_why_these(api: Api) -> None:
                 expect(graph.locator("g.node").first).to_be_visible()
                 expect(why.get_by_test_id("stDataFrame").first).to_be_visible()
                 expect(why).to_contain_text("More like this")
+                # each citation shows its passage, the sentence the answer took marked
+                mark = page.locator("div.clew-passage mark").first
+                expect(mark).to_be_visible()
+                expect(mark).not_to_have_text("")
+                link = page.get_by_test_id("stMarkdown").locator("a[href^='?doc=']").first
+                href = link.get_attribute("href")
+                assert href and href.startswith("?doc=")
                 page.wait_for_timeout(1_000)  # let the grid paint its canvas
                 page.screenshot(path=str(artifacts / "ui-why-these.png"), full_page=True)
 
@@ -366,6 +373,10 @@ def test_browser_why_these(api: Api) -> None:
                 expect(chart.locator("canvas, svg").first).to_be_visible()
                 page.wait_for_timeout(1_000)
                 page.screenshot(path=str(artifacts / "ui-eval.png"), full_page=True)
+
+                page.goto(f"{url}/{href}")  # a citation's link resolves to the document view
+                expect(page.get_by_text("document `", exact=False).first).to_be_visible()
+                expect(page.locator("div.clew-passage").first).to_be_visible()
             finally:
                 browser.close()
     finally:

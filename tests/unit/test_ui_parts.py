@@ -452,3 +452,31 @@ def test_why_dot_of_a_pagerank_path_from_a_seed_passage() -> None:
     _, edges = _graph(why_dot(w))
     assert ("query", "seed chunk\\nc.md#0:cc", "fused seed") in edges
     assert ("seed chunk\\nc.md#0:cc", "chunk\\na.md#1:bb", "MENTIONS\\npool") in edges
+
+
+def test_md_escape_keeps_titles_as_written() -> None:
+    from clew.serve.ui.app import md_escape
+
+    assert md_escape("# payments-gateway") == "\\# payments\\-gateway"
+    assert md_escape("**VX-220** [CHG-1187](c.md) $5") == (
+        "\\*\\*VX\\-220\\*\\* \\[CHG\\-1187\\]\\(c\\.md\\) \\$5"
+    )
+    assert md_escape("two\nlines") == "two lines"
+
+
+def test_passage_html_marks_the_supporting_sentences_and_escapes_the_rest() -> None:
+    from clew.serve.ui.app import passage_html
+
+    text = "Keys <b>matter</b>. Kept for 24 hours.\nAfter that, reused."
+    start = text.index("Kept")
+    html = passage_html(text, [[start, start + len("Kept for 24 hours.")]])
+    assert "<mark>Kept for 24 hours.</mark>" in html
+    assert "&lt;b&gt;matter&lt;/b&gt;" in html and "<br>" in html
+    assert passage_html("abc", [[5, 9], [1, 0]]) == '<div class="clew-passage">abc</div>'
+
+
+def test_document_link_resolves_to_the_url_or_the_document_view() -> None:
+    from clew.serve.ui.app import document_link
+
+    assert document_link("https://docs.example/a", "a") == "https://docs.example/a"
+    assert document_link("error-codes.md", "error codes.md") == "?doc=error%20codes.md"

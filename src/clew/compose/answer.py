@@ -51,6 +51,11 @@ class Citation:
     title: str
     url: str
     why: dict[str, JSONValue]
+    spans: tuple[tuple[int, int], ...] = ()
+    """Character offsets ``(start, end)`` in the chunk's text of the sentences the answer took
+    from it (its supporting sentences; empty for a generative answer)."""
+    sentences: tuple[str, ...] = ()
+    """Those sentences as the answer shows them."""
 
     def to_dict(self) -> dict[str, JSONValue]:
         return {
@@ -60,6 +65,8 @@ class Citation:
             "title": self.title,
             "url": self.url,
             "why": self.why,
+            "spans": [[a, b] for a, b in self.spans],
+            "sentences": list(self.sentences),
         }
 
 
@@ -145,8 +152,11 @@ def evidence_features(
     unit: float,
     coverages: Sequence[float],
     sentence_overlap: float,
+    coverage_all: float = 0.0,
 ) -> dict[str, float]:
-    """The abstention features of one retrieval (see :data:`EVIDENCE`)."""
+    """The abstention features of one retrieval (see :data:`EVIDENCE`), and the candidates
+    measured beside them (``coverage_all``: the query's idf mass found anywhere in the hits;
+    ``agreement10``: the share of the lexical top 10 the dense top 10 holds too)."""
     run_legs = [leg for leg in LEGS if leg_weights.get(leg, 0.0) > 0 and leg in leg_scores]
     best = sum(leg_weights[leg] for leg in run_legs) * unit if run_legs else 1.0
     fused = 0.0
@@ -166,7 +176,15 @@ def evidence_features(
         "dense_gap": _gap(leg_scores.get("dense", ())),
         "lexical_gap": _gap(leg_scores.get("lexical", ())),
         "sentence": sentence_overlap,
+        "coverage_all": coverage_all,
+        "agreement10": _overlap10(leg_top.get("lexical", ()), leg_top.get("dense", ())),
     }
+
+
+def _overlap10(a: Sequence[str], b: Sequence[str]) -> float:
+    """Share of the first 10 of ``a`` that the first 10 of ``b`` hold (0 when either is empty)."""
+    top_a, top_b = list(a)[:10], set(list(b)[:10])
+    return sum(x in top_b for x in top_a) / 10 if top_a and top_b else 0.0
 
 
 @dataclass(frozen=True, slots=True)

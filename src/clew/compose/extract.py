@@ -416,6 +416,7 @@ def select_sentences(
     max_per_hit: int = 2,
     min_score: float = 0.0,
     max_words: int | None = None,
+    embed_limit: int | None = None,
 ) -> list[Selected]:
     """The best ``max_sentences`` sentences of ``hits`` for ``question``, best first.
 
@@ -426,8 +427,10 @@ def select_sentences(
     Headings compete only as the definition a definition question asks for. After the first
     pick, a sentence naming a name the chosen ones bring and the question does not say gains
     :data:`BRIDGE_WEIGHT` (the second hop of a multi-hop question).
-    Ties are broken by (hit_index, start). ``idf`` weights question terms (missing terms weigh
-    1.0, negative ones 0). See the module docstring for the score.
+    With ``embed_limit``, only that many sentences are embedded (the best by the other
+    features); the rest score no cosine. Ties are broken by (hit_index, start). ``idf``
+    weights question terms (missing terms weigh 1.0, negative ones 0). See the module
+    docstring for the score.
     """
     if max_sentences < 0:
         raise QueryError(f"max_sentences must be >= 0, got {max_sentences}")
@@ -435,6 +438,8 @@ def select_sentences(
         raise QueryError(f"max_per_hit must be >= 1, got {max_per_hit}")
     if not math.isfinite(min_score):
         raise QueryError(f"min_score must be a finite number, got {min_score}")
+    if embed_limit is not None and embed_limit < 1:
+        raise QueryError(f"embed_limit must be >= 1, got {embed_limit}")
     if max_words is not None and max_words < 1:
         raise QueryError(f"max_words must be >= 1, got {max_words}")
     if max_sentences == 0:
@@ -454,24 +459,41 @@ def select_sentences(
     weight = {t: q * max(0.0, idf.get(t, 1.0)) for t, q in terms.items()}
     total = sum(weight.values())
     asked = identifiers(question)
-    cosines = _cosines(encoder, question, sentences) if encoder is not None else None
     weights = DENSE_WEIGHTS if encoder is not None else LEXICAL_WEIGHTS
 
-    scored: list[_Scored] = []
-    for n, sentence in enumerate(sentences):
+    lexical: list[tuple[frozenset[str], tuple[str, ...], dict[str, float]]] = []
+    for sentence in sentences:
         tokens = frozenset(analyze(sentence.text))
         matched = tuple(t for t in terms if t in tokens)
         overlap = sum(weight[t] for t in matched) / total if total > 0 else 0.0
         named = len(asked & identifiers(sentence.text)) / len(asked) if asked else 0.0
-        parts = {"term_overlap": weights["term_overlap"] * overlap}
-        cosine = 0.0
-        if cosines is not None:
-            cosine = max(0.0, cosines[n])
-            parts["cosine"] = weights["cosine"] * cosine
-        parts["chunk_rank"] = weights["chunk_rank"] / (1 + sentence.hit_index)
-        parts["identifier"] = IDENTIFIER_BONUS * named
         fits = type_match(asked_type.kind, sentence.text, question, asked_type.subject)
-        parts["answer_type"] = ANSWER_TYPE_WEIGHT * fits
+        parts = {
+            "term_overlap": weights["term_overlap"] * overlap,
+            "chunk_rank": weights["chunk_rank"] / (1 + sentence.hit_index),
+            "identifier": IDENTIFIER_BONUS * named,
+            "answer_type": ANSWER_TYPE_WEIGHT * fits,
+        }
+        lexical.append((tokens, matched, parts))
+    cosines: dict[int, float] = {}
+    if encoder is not None:
+        embed = list(range(len(sentences)))
+        if embed_limit is not None and len(embed) > embed_limit:
+            # only the best by everything but meaning are embedded: the costly part of an answer
+            embed.sort(key=lambda n: (-sum(lexical[n][2].values()), n))
+            embed = sorted(embed[:embed_limit])
+        sims = _cosines(encoder, question, [sentences[n] for n in embed])
+        cosines = dict(zip(embed, sims, strict=True))
+
+    scored: list[_Scored] = []
+    for n, sentence in enumerate(sentences):
+        tokens, matched, lexical_parts = lexical[n]
+        parts = {"term_overlap": lexical_parts["term_overlap"]}
+        cosine = 0.0
+        if encoder is not None:
+            cosine = max(0.0, cosines.get(n, 0.0))
+            parts["cosine"] = weights["cosine"] * cosine
+        parts.update((k, v) for k, v in lexical_parts.items() if k != "term_overlap")
         score = sum(parts.values())
         if (not matched and cosine <= 0.0) or score < min_score:
             continue

@@ -56,8 +56,11 @@ def respond(
         idf=idf,
         max_sentences=cfg.answer.max_sentences,
         max_words=cfg.answer.max_words,
+        embed_limit=cfg.answer.embed_sentences or None,
     )
-    coverages = [coverage(idf, set(analyze(f"{h.title} {h.text}"))) for h in run.hits[:3]]
+    token_sets = [set(analyze(f"{h.title} {h.text}")) for h in run.hits]
+    coverages = [coverage(idf, tokens) for tokens in token_sets[:3]]
+    everywhere = set().union(*token_sets) if token_sets else set()
     keys = snap.keys
     evidence = evidence_features(
         leg_scores={leg: [h.score for h in hits] for leg, hits in run.lists.items()},
@@ -67,6 +70,7 @@ def respond(
         unit=cfg.fusion.top_part(),
         coverages=coverages,
         sentence_overlap=float(selected[0].parts.get("term_overlap", 0.0)) if selected else 0.0,
+        coverage_all=coverage(idf, everywhere),
     )
     confidence, threshold, calibration_info = 1.0, 0.0, {}
     if cfg.answer.abstain:
@@ -110,8 +114,20 @@ def respond(
         for i, n in sorted(number.items(), key=lambda p: p[1]):
             h = pool[i]
             where = kept_at.get(h.chunk_id)
+            mine = sorted(
+                (x.sentence for x in selected if x.sentence.hit_index == i), key=lambda x: x.start
+            )
             citations.append(
-                Citation(n, h.doc_id, h.chunk_id, h.title, url_of(h), why(h, terms[i], where))
+                Citation(
+                    n,
+                    h.doc_id,
+                    h.chunk_id,
+                    h.title,
+                    url_of(h),
+                    why(h, terms[i], where),
+                    spans=tuple((x.start, x.end) for x in mine),
+                    sentences=tuple(x.text for x in mine),
+                )
             )
     after = ("assemble", "answer", "generate")  # the stages after retrieval, in sequence
     timings["total"] = round(timings["total"] + sum(timings.get(x, 0.0) for x in after), 3)

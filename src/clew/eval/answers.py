@@ -42,7 +42,7 @@ from clew.compose.answer import Answer
 from clew.compose.question import classify
 from clew.config import EngineConfig
 from clew.engine import Engine
-from clew.eval.datasets import Dataset, EvalError, EvalQuery
+from clew.eval.datasets import Dataset, EvalError, EvalQuery, unanswerable_queries
 from clew.ingest.analyze import analyze
 
 __all__ = [
@@ -218,8 +218,8 @@ def run_answers(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(dataset.queries), desc=f"{dataset.name}:answers", unit="q")
-    for q in dataset.queries:
+        bar = tqdm(desc=f"{dataset.name}:answers", unit="q")
+    for q in (*dataset.queries, *unanswerable_queries(dataset)):
         answer = engine.answer(q.text, filter=q.filter, config=cfg).answer
         records.append(_record(q, answer))
         relevant = sorted(d for d, g in dataset.qrels.get(q.qid, {}).items() if g > 0)

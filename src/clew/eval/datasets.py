@@ -243,3 +243,13 @@ def load_dataset(path: str | Path, split: str = "test") -> Dataset:
         skipped=len(all_queries) - len(queries),
         dangling_qrels=sum(1 for qid in judged if qid not in known),
     )
+
+
+def unanswerable_queries(dataset: Dataset) -> list[EvalQuery]:
+    """The questions of the dataset's ``queries.jsonl`` marked ``metadata.answerable: false``:
+    they have no qrels, so :func:`load_dataset` leaves them out; answer evaluation and
+    calibration ask them to see abstention hold (none when the file is absent)."""
+    path = dataset.root / "queries.jsonl"
+    if not path.is_file():
+        return []
+    return [q for q in _load_queries(path) if (q.metadata or {}).get("answerable", True) is False]

@@ -8,15 +8,21 @@ evidence features and :func:`check_calibration` measures one on queries it was n
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from clew.compose.answer import Calibration, fit_calibration
+import numpy as np
+
+from clew.compose.answer import EVIDENCE, Calibration, fit_calibration
 from clew.config import EngineConfig
 from clew.engine import Engine
-from clew.eval.datasets import Dataset, EvalQuery
+from clew.errors import ConfigError
+from clew.eval.datasets import Dataset, EvalQuery, unanswerable_queries
+from clew.models.logistic import fit_logistic
 from clew.train.features import quiet_config, relevant_docs, with_progress
 
 
@@ -125,3 +131,182 @@ def check_calibration(
         out["unrelated"] = float(len(unrelated))
         out["abstained_when_unrelated"] = share(unrelated, False)
     return out
+
+
+# -- across corpora ------------------------------------------------------------------------------
+
+KINDS: tuple[str, ...] = ("answerable", "hidden", "unrelated", "unanswerable")
+"""Evidence kinds of one corpus: its questions as is; with their relevant documents hidden;
+other corpora's questions; its own questions marked ``metadata.answerable: false``."""
+
+
+def corpus_evidence(
+    engine: Engine,
+    dataset: Dataset,
+    config: EngineConfig | None = None,
+    *,
+    unrelated: Sequence[str] = (),
+    limit: int | None = None,
+    seed: int = 0,
+    progress: bool = False,
+) -> dict[str, list[dict[str, float]]]:
+    """Every evidence kind of :data:`KINDS` for one corpus (``unrelated``: questions it cannot
+    answer, e.g. other corpora's)."""
+    positive, hidden = abstention_evidence(
+        engine, dataset, config, limit=limit, seed=seed, progress=progress
+    )
+    far = unrelated_evidence(engine, unrelated, config, progress=progress)
+    traps = [q.text for q in unanswerable_queries(dataset)]
+    return {
+        "answerable": positive,
+        "hidden": hidden,
+        "unrelated": far,
+        "unanswerable": unrelated_evidence(engine, traps, config, progress=progress),
+    }
+
+
+def fit_across(
+    evidence: Mapping[str, Mapping[str, Sequence[dict[str, float]]]],
+    *,
+    answer_rate: float = 0.9,
+    l2: float = 1.0,
+    features: Sequence[str] = EVIDENCE,
+    info: Mapping[str, Any] | None = None,
+) -> Calibration:
+    """One calibration from several corpora: each corpus weighs the same (its answerable and its
+    unanswerable rows each carry half of it), and the threshold is the highest at which every
+    corpus still answers ``answer_rate`` of its answerable questions."""
+    rows: list[list[float]] = []
+    labels: list[float] = []
+    weights: list[float] = []
+    for kinds in evidence.values():
+        pos = list(kinds.get("answerable", ()))
+        neg = [e for k in ("hidden", "unrelated", "unanswerable") for e in kinds.get(k, ())]
+        for group, label in ((pos, 1.0), (neg, 0.0)):
+            for e in group:
+                rows.append([e.get(f, 0.0) for f in features])
+                labels.append(label)
+                weights.append(0.5 / max(len(group), 1))
+    x = np.asarray(rows, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    model = fit_logistic(x, y, features, l2=l2, sample_weight=np.asarray(weights) * len(rows))
+    threshold = 1.0
+    for kinds in evidence.values():
+        probs = np.sort([model.probability(e) for e in kinds.get("answerable", ())])
+        if len(probs):
+            cut = math.floor((1.0 - answer_rate) * len(probs))
+            threshold = min(threshold, float(probs[min(cut, len(probs) - 1)]))
+    meta = dict(info or {})
+    meta.update(
+        {
+            "rule": f"every corpus answers {answer_rate:.0%} of its answerable questions",
+            "corpora": {
+                name: {k: len(v) for k, v in kinds.items()} for name, kinds in evidence.items()
+            },
+        }
+    )
+    return Calibration(replace(model, info=meta), threshold)
+
+
+def rates(
+    calibration: Calibration, kinds: Mapping[str, Sequence[dict[str, float]]]
+) -> dict[str, float]:
+    """Share answered of the answerable questions, share abstained of each unanswerable kind."""
+    out: dict[str, float] = {}
+    for kind, items in kinds.items():
+        if not items:
+            continue
+        answered = [calibration.probability(e) >= calibration.threshold for e in items]
+        share = sum(answered) / len(items)
+        out["answered" if kind == "answerable" else f"abstained_{kind}"] = round(
+            share if kind == "answerable" else 1.0 - share, 4
+        )
+    return out
+
+
+def leave_one_out(
+    evidence: Mapping[str, Mapping[str, Sequence[dict[str, float]]]],
+    **fit: Any,
+) -> dict[str, dict[str, float]]:
+    """Per corpus, the rates of a calibration fitted on the other corpora only."""
+    out: dict[str, dict[str, float]] = {}
+    for name, kinds in evidence.items():
+        rest = {n: k for n, k in evidence.items() if n != name}
+        cal = fit_across(rest, **fit)
+        out[name] = {"threshold": round(cal.threshold, 4), **rates(cal, kinds)}
+    return out
+
+
+# -- a user's own corpus -------------------------------------------------------------------------
+
+SELF_WORDS = 6
+"""Content words of a self-made question: a sentence's most specific words, in its order — short
+enough that the sentence is not simply looked up, long enough to name what it is about."""
+
+
+def self_questions(engine: Engine, n: int = 100, seed: int = 0) -> list[tuple[EvalQuery, str]]:
+    """Questions made from the corpus itself, each with the document it came from as its only
+    relevant document: from ``n`` chunks drawn at random (one per document), a sentence of at
+    least 8 words cut to its :data:`SELF_WORDS` highest-idf analyzer terms. Each comes with
+    the id of its document."""
+    from clew.compose.extract import split_sentences
+    from clew.ingest.analyze import analyze
+
+    store = engine.store
+    top = store.max_ordinal()
+    order = list(range(top + 1))
+    random.Random(seed).shuffle(order)
+    snap = engine.snapshot()
+    out: list[tuple[EvalQuery, str]] = []
+    used: set[str] = set()
+    for start in range(0, len(order), 256):
+        if len(out) >= n:
+            break
+        rows = store.fetch(order[start : start + 256])
+        for o in order[start : start + 256]:
+            row = rows.get(o)
+            if row is None or row.doc_id in used or len(out) >= n:
+                continue
+            spans = [row.text[a:b] for a, b in split_sentences(row.text)]
+            spans = [x for x in spans if len(x.split()) >= 8]
+            if not spans:
+                continue
+            sentence = spans[random.Random(f"{seed}:{o}").randrange(len(spans))]
+            terms = list(dict.fromkeys(analyze(sentence)))
+            idf = snap.idf(terms, None)
+            keep = set(sorted(terms, key=lambda t: (-idf.get(t, 0.0), t))[:SELF_WORDS])
+            words = [t for t in terms if t in keep]
+            if len(words) < 3:
+                continue
+            used.add(row.doc_id)
+            out.append((EvalQuery(f"self-{o}", " ".join(words)), row.doc_id))
+    return out
+
+
+def calibrate_self(
+    engine: Engine,
+    config: EngineConfig | None = None,
+    *,
+    n: int = 100,
+    answer_rate: float = 0.9,
+    seed: int = 0,
+    progress: bool = False,
+) -> tuple[Calibration, dict[str, float]]:
+    """A calibration for a corpus with no judged questions (``clew calibrate --self``): its own
+    self-made questions (:func:`self_questions`) answerable as is and unanswerable with their
+    document hidden, clew's off-topic questions unrelated; and the fit's in-sample rates."""
+    from clew.train.offtopic import OFF_TOPIC
+
+    made = self_questions(engine, n, seed)
+    if len(made) < 10:
+        raise ConfigError(
+            f"the index yields {len(made)} self-made questions; allowed: at least 10 "
+            "(ingest more documents, or calibrate on a judged dataset with --dataset)"
+        )
+    queries = tuple(q for q, _ in made)
+    qrels = {q.qid: {doc: 1} for q, doc in made}
+    dataset = Dataset("self", Path("."), "self", queries, qrels, 0)
+    kinds = corpus_evidence(engine, dataset, config, unrelated=OFF_TOPIC, progress=progress)
+    info = {"dataset": "self", "queries": len(queries), "unrelated": len(OFF_TOPIC)}
+    cal = fit_across({"self": kinds}, answer_rate=answer_rate, info=info)
+    return cal, rates(cal, kinds)

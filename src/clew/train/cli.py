@@ -111,3 +111,33 @@ def train_features_across(args: argparse.Namespace) -> int:
     weights = ", ".join(f"{n} {w:+.3f}" for n, w in zip(model.features, model.weights, strict=True))
     print(f"feature weights written to {target} ({len(rows)} sets): {weights}")
     return 0
+
+
+def calibrate_self_command(args: argparse.Namespace) -> int:
+    """``clew calibrate --self --index DIR --out FILE``: an abstention calibration from the
+    index's own text (no judged questions needed); prints its in-sample rates."""
+    from clew.engine import Engine
+    from clew.train.calibrate import calibrate_self
+
+    if not args.self_:
+        raise ConfigError("calibrate needs --dataset DIR (a judged BEIR split) or --self")
+    if not args.index or not args.out:
+        raise ConfigError("calibrate --self needs --index DIR (the index) and --out FILE")
+    config = EngineConfig.from_yaml(args.config) if args.config else EngineConfig()
+    engine = Engine(args.index, config)
+    try:
+        cal, rates = calibrate_self(
+            engine,
+            config,
+            n=args.limit or 100,
+            answer_rate=args.answer_rate or 0.9,
+            progress=not args.no_progress,
+        )
+    finally:
+        engine.close()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(cal.to_json(), indent=2) + "\n", encoding="utf-8")
+    print(f"calibration written to {out}: threshold {cal.threshold:.4f}; in sample: {rates}")
+    print(f"use it with answer.calibration: {out}")
+    return 0

@@ -18,6 +18,7 @@ The functions above :func:`main` are pure (no Streamlit, no network) and unit-te
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -150,6 +151,40 @@ def answer_markdown(text: str, numbers: Sequence[int] = ()) -> str:
         return f"**{m.group(0)}**" if not known or int(m.group(1)) in known else m.group(0)
 
     return _MARKER.sub(mark, text.replace("$", "\\$"))
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
+
+
+def md_escape(text: str) -> str:
+    """``text`` shown as written inside Markdown: a title that starts with ``#`` is no heading,
+    ``*`` no emphasis, ``[x](y)`` no link; newlines become spaces."""
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
+
+
+def passage_html(text: str, spans: Sequence[Sequence[int]]) -> str:
+    """A cited passage as HTML, its supporting sentences (character ``spans`` of ``text``) in
+    ``<mark>``; everything else escaped, so the passage's own markup shows as text."""
+    out: list[str] = []
+    pos = 0
+    for start, end in sorted((int(a), int(b)) for a, b in spans):
+        start, end = max(start, pos), min(end, len(text))
+        if start >= end:
+            continue
+        out.append(html.escape(text[pos:start]))
+        out.append(f"<mark>{html.escape(text[start:end])}</mark>")
+        pos = end
+    out.append(html.escape(text[pos:]))
+    body = "".join(out).replace("\n", "<br>")
+    return f'<div class="clew-passage">{body}</div>'
+
+
+def document_link(url: str, doc_id: str) -> str:
+    """Where a citation points: its own ``http(s)`` address, else this UI's view of the
+    document (``?doc=<id>``, fetched through the API with the UI's key)."""
+    if url.startswith(("http://", "https://")):
+        return url
+    return "?doc=" + quote(doc_id, safe="")
 
 
 def rerank_change(note: Mapping[str, Any] | None) -> str:
@@ -611,10 +646,16 @@ def _show_answer(answer: Mapping[str, Any], similar: Mapping[str, Any]) -> None:
 
     if citations:
         st.subheader("Citations")
+        texts = {h.get("chunk_id"): str(h.get("text", "")) for h in answer.get("hits", [])}
         for c in citations:
             url = str(c.get("url", ""))
-            link = f"[{url}]({url})" if url.startswith(("http://", "https://")) else f"`{url}`"
-            st.markdown(f"**[{c['n']}]** {c.get('title', '')} — {link}")
+            link = document_link(url, str(c.get("doc_id", "")))
+            st.markdown(
+                f"**[{c['n']}]** {md_escape(c.get('title', ''))} — [{md_escape(url)}]({link})"
+            )
+            passage = texts.get(c.get("chunk_id"))
+            if passage:
+                st.markdown(passage_html(passage, c.get("spans") or []), unsafe_allow_html=True)
         for c in citations:
             _why_expander(c, str(answer.get("question", "")), similar.get(str(c.get("doc_id"))))
 
@@ -634,7 +675,7 @@ def _why_expander(c: Mapping[str, Any], question: str, similar: Mapping[str, Any
     why: Mapping[str, Any] = c.get("why") or {}
     n = c.get("n")
     with st.expander(f"Why these? [{n}]"):
-        st.markdown(f"**[{n}] {c.get('title', '')}** · chunk `{c.get('chunk_id', '')}`")
+        st.markdown(f"**[{n}] {md_escape(c.get('title', ''))}** · chunk `{c.get('chunk_id', '')}`")
         st.markdown("**Score contributions**")
         st.dataframe(
             contribution_rows(why),
@@ -668,7 +709,7 @@ def _why_expander(c: Mapping[str, Any], question: str, similar: Mapping[str, Any
         else:
             st.markdown(
                 "\n".join(
-                    f"- {s.get('title') or s.get('doc_id')} (`{s.get('doc_id')}`, "
+                    f"- {md_escape(s.get('title') or s.get('doc_id'))} (`{s.get('doc_id')}`, "
                     f"score {float(s.get('score', 0.0)):.3f})"
                     for s in similar["items"]
                 )
@@ -715,11 +756,28 @@ def _eval_page(api: ApiClient) -> None:
         st.dataframe(table_rows(table), hide_index=True, key=f"table-{name}")
 
 
+def _document_page(api: ApiClient, doc_id: str) -> None:
+    """One document, as a citation links to it: its title (as written), source and text."""
+    try:
+        _, doc = api.call("GET", "/documents/" + quote(doc_id, safe=""))
+    except ApiError as exc:
+        st.error(str(exc))
+        return
+    st.header(md_escape(doc.get("title") or doc_id))
+    st.caption(f"document `{doc_id}` · source {md_escape(doc.get('source', ''))}")
+    for chunk in doc.get("chunks", []):
+        st.markdown(f"**chunk** `{chunk.get('chunk_id', '')}`")
+        st.markdown(passage_html(str(chunk.get("text", "")), []), unsafe_allow_html=True)
+
+
 def main() -> None:
     st.set_page_config(page_title="clew", layout="wide")
     api = ApiClient.from_env()
     page = _sidebar(api)
-    if page == "Eval":
+    doc = st.query_params.get("doc")
+    if doc:
+        _document_page(api, str(doc))
+    elif page == "Eval":
         _eval_page(api)
     else:
         _ask_page(api)
