@@ -354,7 +354,8 @@ class AnswerConfig:
     embed_sentences: int = 16
     """Sentences embedded to score by meaning, the best by terms, type and rank (0: all)."""
     """Longest extractive answer in words: the best sentence always, then supporting sentences
-    while the answer stays within this."""
+    while the answer stays within this (a second sentence that bridges to a second hop may take
+    it to 1.25 times this)."""
     abstain: bool = True
     """Answer "not in the indexed sources" when the evidence does not clear the calibrated bar."""
     calibration: str = ""

@@ -161,3 +161,23 @@ def test_the_second_sentence_bridges_to_the_second_hop() -> None:
     assert [s.sentence.chunk_id for s in picked] == ["toad#0", "anu#0"]
     assert picked[1].parts["bridge"] > 0
     assert sum(picked[1].parts.values()) == pytest.approx(picked[1].score)
+
+
+def test_asides_that_do_not_answer_are_left_out() -> None:
+    text = "Kenji Imada (born 17 January 1969 in Hiroshima) wrestled for the Isegahama stable."
+    who = select_sentences("Which stable did Kenji Imada wrestle for?", [hit("k#0", text)])
+    assert who[0].sentence.text == "Kenji Imada wrestled for the Isegahama stable."
+    when = select_sentences("When was Kenji Imada born?", [hit("k#0", text)])
+    assert "(born 17 January 1969 in Hiroshima)" in when[0].sentence.text
+    assert who[0].sentence.start == when[0].sentence.start  # the span is the chunk's sentence
+
+
+def test_a_bridging_second_sentence_may_overrun_the_budget_a_little() -> None:
+    first = "Toad Hall is a residential hall in Australian National University for students."
+    second = "The Australian National University is a national research university in Canberra."
+    hits = [hit("toad#0", first), hit("anu#0", second)]
+    q = "Toad Hall is a residential hall in a university located in what city?"
+    words = len(first.split()) + len(second.split())
+    picked = select_sentences(q, hits, max_words=int(words / 1.2))
+    assert [s.sentence.chunk_id for s in picked] == ["toad#0", "anu#0"]
+    assert len(select_sentences(q, hits, max_words=int(words / 1.4))) == 1

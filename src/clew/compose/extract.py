@@ -37,14 +37,14 @@ import math
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 
 import numpy as np
 
 from clew.compose.assemble import jaccard
 from clew.compose.clean import plain, split_cells, table_row
-from clew.compose.question import classify, names, type_match
+from clew.compose.question import Question, classify, names, type_match
 from clew.errors import ModelError, QueryError
 from clew.ingest.analyze import analyze, query_terms, words
 from clew.protocols import AsymmetricEncoder, Encoder
@@ -63,6 +63,8 @@ LEXICAL_WEIGHTS: Mapping[str, float] = {"term_overlap": 0.9, "chunk_rank": 0.1}
 """Weights without an encoder: :data:`DENSE_WEIGHTS` less ``cosine``, renormalised to 1."""
 IDENTIFIER_BONUS = 0.2
 """Added × the share of the question's identifiers the sentence names exactly."""
+BRIDGE_ROOM = 1.25
+"""A second sentence that bridges may take the answer to this many times ``max_words``."""
 ANSWER_TYPE_WEIGHT = 0.25
 """Added when the sentence holds a span of the type the question asks for
 (:func:`clew.compose.question.type_match`: a duration for "how long", a date for "when" …)."""
@@ -391,6 +393,28 @@ def _cosines(encoder: Encoder, question: str, sentences: Sequence[Sentence]) -> 
     return [float(x) for x in sims]
 
 
+_ASIDE = re.compile(r"\s*\(([^()]{0,160})\)")
+
+
+def _compact(text: str, terms: Mapping[str, float], asked: Question, question: str) -> str:
+    """``text`` without the parenthetical asides that name no question term and, for a time,
+    duration or quantity question, hold no span of that type (``(born 17 January 1969)`` goes
+    for a "which team" question, stays for a "when was he born" one): the answer's words go to
+    what it asks."""
+
+    def aside(m: re.Match[str]) -> str:
+        inner = m.group(1)
+        if set(analyze(inner)) & set(terms):
+            return m.group(0)
+        numeric = asked.kind in ("time", "duration", "quantity")
+        if numeric and type_match(asked.kind, inner, question, asked.subject) > 0:
+            return m.group(0)
+        return ""
+
+    out = _ASIDE.sub(aside, text)
+    return out if len(out.split()) >= MIN_WORDS else text
+
+
 def _repeats(a: frozenset[str], b: frozenset[str]) -> bool:
     """Whether one sentence says what the other does: token sets overlapping by more than
     :data:`NEAR_DUPLICATE_JACCARD`, or the smaller held in the larger."""
@@ -423,7 +447,9 @@ def select_sentences(
     At most ``max_per_hit`` per hit; a sentence is skipped when it scores below ``min_score``,
     matches no question term and has no positive cosine, or its analyzer token set overlaps an
     already chosen sentence by more than :data:`NEAR_DUPLICATE_JACCARD`. With ``max_words``, a
-    sentence after the first is taken only while the answer stays within that many words.
+    sentence after the first is taken only while the answer stays within that many words (a
+    second sentence that bridges, within :data:`BRIDGE_ROOM` times that). Parenthetical asides
+    that name no question term and hold no span of the asked type are left out.
     Headings compete only as the definition a definition question asks for. After the first
     pick, a sentence naming a name the chosen ones bring and the question does not say gains
     :data:`BRIDGE_WEIGHT` (the second hop of a multi-hop question).
@@ -455,6 +481,13 @@ def select_sentences(
         return []
 
     terms = query_terms(question, 1.0)
+    if asked_type.kind != "definition":  # a definition keeps its asides: "(HTTP 409)"
+        sentences = [
+            replace(x, text=_compact(x.text, terms, asked_type, question))
+            if x.kind == "text"
+            else x
+            for x in sentences
+        ]
     idf = idf or {}
     weight = {t: q * max(0.0, idf.get(t, 1.0)) for t, q in terms.items()}
     total = sum(weight.values())
@@ -514,12 +547,14 @@ def select_sentences(
             if any(_repeats(cand.tokens, c.tokens) for c in chosen):
                 continue
             length = len(cand.sentence.text.split())
-            if chosen and max_words is not None and words_used + length > max_words:
-                continue
             bridge = 0.0
             if bridges:
                 here = cand.sentence.text.casefold()
                 bridge = BRIDGE_WEIGHT * any(b in here for b in bridges)
+            if chosen and max_words is not None:
+                room = max_words * (BRIDGE_ROOM if bridge > 0 and len(chosen) == 1 else 1.0)
+                if words_used + length > room:
+                    continue
             if cand.score + bridge > best_score + 1e-12:
                 best_at, best_score, best_bridge = at, cand.score + bridge, bridge
         if best_at < 0:
