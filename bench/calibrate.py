@@ -93,6 +93,7 @@ def main() -> int:
     key = hashlib.sha256(
         json.dumps([args.limit, EVIDENCE, *(ingest_key(d, config) for d in sets.values())]).encode()
         + (REPO_DIR / "src" / "clew" / "compose" / "extract.py").read_bytes()
+        + (REPO_DIR / "src" / "clew" / "train" / "offtopic.py").read_bytes()
     ).hexdigest()[:12]
     cache = WORK_DIR / f"evidence-{key}.json"
     if cache.exists():

@@ -105,7 +105,7 @@ def test_calibrate_self_then_ask_with_it(
     config = tmp_path / "c.yaml"
     config.write_text(f"answer:\n  calibration: {out}\n")
     code = main(
-        ["ask", "Who painted the ceiling of the Sistine Chapel?", "--index", str(sample_index),
+        ["ask", "Which composer wrote the Goldberg Variations?", "--index", str(sample_index),
          "--config", str(config), "--json"]
     )  # fmt: skip
     answer = json.loads(capsys.readouterr().out)

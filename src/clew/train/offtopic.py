@@ -1,24 +1,25 @@
 """Questions almost no indexed corpus answers: the unrelated negatives of ``clew calibrate
 --self``, where no other corpus is at hand. Everyday and general-knowledge questions of every
-type (who, when, how many, how do I …), written for clew; a corpus about one of these topics
-should pass its own unrelated questions instead (``--unrelated``)."""
+type (who, when, how many, how do I …), written for clew and kept apart from the questions its
+tests and benchmarks ask; a corpus about one of these topics should be calibrated on a judged
+split instead (``--dataset``)."""
 
 from __future__ import annotations
 
 OFF_TOPIC: tuple[str, ...] = (
-    "Which volcano erupted in Iceland in 2010 and grounded flights across Europe?",
+    "Which Roman emperor built a wall across northern Britain?",
     "What is the capital of Mongolia?",
-    "how do I bake sourdough bread at home",
-    "who won the 1998 football world cup",
-    "what is the boiling point of liquid nitrogen",
-    "best hiking trails in the Dolomites",
-    "how does photosynthesis work in cacti",
-    "recommend a good science fiction novel about first contact",
-    "what is the tallest mountain in Africa",
-    "how to change a bicycle inner tube",
+    "how do I make fresh pasta without a machine",
+    "who won the 1966 Wimbledon women's singles",
+    "what is the melting point of tungsten",
+    "best time of year to visit Patagonia",
+    "how do bees make honey",
+    "recommend a board game for six players",
+    "what is the deepest lake in Siberia",
+    "how to fix a dripping kitchen tap",
     "When did the Berlin Wall fall?",
     "How many moons does Neptune have?",
-    "who painted the ceiling of the Sistine Chapel",
+    "who wrote the opera The Magic Flute",
     "what temperature should I roast a chicken at",
     "How long does it take to boil an egg?",
     "Which river flows through Budapest?",
