@@ -79,8 +79,8 @@ def main() -> None:
             "## Sample corpus (34 documents)",
             "",
             "The shipped calibration (fitted across six train corpora, `bench/calibrate.py`) and "
-            "one fitted on the sample alone by `clew calibrate --self` (questions the corpus "
-            "makes of its own text against clew's off-topic list; none of the questions below).",
+            "the same weights with the sample's own threshold from `clew calibrate --self` (how "
+            "clew's 40 off-topic questions score on this corpus; none of them is asked below).",
             "",
             *lines,
             "",

@@ -25,7 +25,11 @@ SETS = (
     "musique-train100:train",
     "support:dev",
 )
-UNRELATED_FROM = {"hotpotqa": "scifact", "musique": "scifact", "support": "hotpotqa-train100"}
+UNRELATED_FROM = {
+    "hotpotqa": ("scifact", "test"),
+    "musique": ("scifact", "test"),
+    "support": ("hotpotqa-train100", "train"),
+}
 
 
 def main() -> int:
@@ -41,8 +45,8 @@ def main() -> int:
         name, split = spec.split(":")
         root = REPO_DIR / "eval" / "dev" / name if split == "dev" else args.data / name
         dataset = load_dataset(root, split)
-        other = next(v for k, v in UNRELATED_FROM.items() if name.startswith(k))
-        unrelated = [q.text for q in load_dataset(args.data / other, "test").queries][:50]
+        other, other_split = next(v for k, v in UNRELATED_FROM.items() if name.startswith(k))
+        unrelated = [q.text for q in load_dataset(args.data / other, other_split).queries][:50]
         engine = open_index(dataset, config, progress=True)
         log(f"{name}: answering {len(dataset.queries)} questions")
         report = run_answers(

@@ -57,6 +57,10 @@ BACKENDS: dict[str, Callable[..., Backend]] = {"file": _embedded, "postgresql": 
 """Each kind of target and how to open it: an index directory, or a PostgreSQL URL."""
 
 
+CALIBRATION_FILE = "calibration.json"
+"""An index's own abstention calibration, in its directory (``clew calibrate --self``)."""
+
+
 class Engine:
     """clew over one index: ingest, delete, search, ask, recall and replay."""
 
@@ -162,8 +166,12 @@ class Engine:
         return self._model(key, lambda: build_reranker(rc))  # type: ignore[no-any-return]
 
     def _calibration(self, path: str) -> Calibration:
+        """The calibration file ``path``; for "" the index's own (``calibration.json`` in its
+        directory, as ``clew calibrate --self --index DIR`` writes it) or else the shipped one."""
         from clew.compose.answer import load_calibration
 
+        if not path and (self.directory / CALIBRATION_FILE).is_file():
+            path = str(self.directory / CALIBRATION_FILE)
         return self._model(("calibration", path), lambda: load_calibration(path))  # type: ignore[no-any-return]
 
     # -- writes -----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ on a small slice of HotpotQA train (real model, real gold answers)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -92,24 +93,30 @@ def test_eval_answers_reports_and_gates(
 def test_calibrate_self_then_ask_with_it(
     sample_index: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "self.json"
-    code = main(
-        ["calibrate", "--self", "--index", str(sample_index), "--out", str(out), "--no-progress"]
-    )
+    index = tmp_path / "idx"
+    shutil.copytree(sample_index, index)
+    question = "Which composer wrote the Goldberg Variations?"
+    code = main(["ask", question, "--index", str(index), "--json"])
+    shipped = json.loads(capsys.readouterr().out)
+    assert code == 0
+
+    code = main(["calibrate", "--self", "--index", str(index), "--no-progress"])
     printed, err = capsys.readouterr()
     assert code == 0, err
-    fitted = json.loads(out.read_text())
+    fitted = json.loads((index / "calibration.json").read_text())
     assert fitted["format"] == "clew-abstain/1" and 0.0 < fitted["threshold"] < 1.0
-    assert fitted["info"]["dataset"] == "self" and fitted["info"]["queries"] >= 10
-    assert "in sample" in printed
-    config = tmp_path / "c.yaml"
-    config.write_text(f"answer:\n  calibration: {out}\n")
-    code = main(
-        ["ask", "Which composer wrote the Goldberg Variations?", "--index", str(sample_index),
-         "--config", str(config), "--json"]
-    )  # fmt: skip
+    assert fitted["info"]["dataset"] == "self" and fitted["info"]["unrelated"] == 40
+    assert "off-topic questions" in printed and "use it from now on" in printed
+    assert fitted["threshold"] != pytest.approx(shipped["threshold"], abs=1e-6)
+
+    code = main(["ask", question, "--index", str(index), "--json"])  # the index's own now
     answer = json.loads(capsys.readouterr().out)
     assert code == 0 and answer["abstained"] is True
     assert answer["threshold"] == pytest.approx(fitted["threshold"], abs=1e-4)
+
+    out = tmp_path / "elsewhere.json"
+    assert main(["calibrate", "--self", "--index", str(index), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["threshold"] == pytest.approx(fitted["threshold"])
+    assert "answer.calibration" in capsys.readouterr().out
     assert main(["calibrate", "--self", "--out", str(out)]) == 2
     assert "--index" in capsys.readouterr().err

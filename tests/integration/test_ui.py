@@ -375,7 +375,9 @@ def test_browser_why_these(api: Api) -> None:
                 page.screenshot(path=str(artifacts / "ui-eval.png"), full_page=True)
 
                 page.goto(f"{url}/{href}")  # a citation's link resolves to the document view
-                expect(page.get_by_text("document `", exact=False).first).to_be_visible()
+                expect(page.get_by_text("· source", exact=False).first).to_be_visible(
+                    timeout=60_000
+                )
                 expect(page.locator("div.clew-passage").first).to_be_visible()
             finally:
                 browser.close()

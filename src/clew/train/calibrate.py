@@ -12,7 +12,6 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -172,10 +171,15 @@ def fit_across(
     l2: float = 1.0,
     features: Sequence[str] = EVIDENCE,
     info: Mapping[str, Any] | None = None,
+    rule: str = "median",
 ) -> Calibration:
     """One calibration from several corpora: each corpus weighs the same (its answerable and its
-    unanswerable rows each carry half of it), and the threshold is the highest at which every
-    corpus still answers ``answer_rate`` of its answerable questions."""
+    unanswerable rows each carry half of it). Per corpus, the threshold that answers
+    ``answer_rate`` of its answerable questions; the calibration's is their median (``rule``
+    ``median``: the typical corpus answers that share) or the lowest (``min``: every corpus
+    does, however many unrelated questions that lets through)."""
+    if rule not in ("median", "min"):
+        raise ConfigError(f"rule={rule!r} is invalid; allowed: median, min")
     rows: list[list[float]] = []
     labels: list[float] = []
     weights: list[float] = []
@@ -190,16 +194,18 @@ def fit_across(
     x = np.asarray(rows, dtype=np.float64)
     y = np.asarray(labels, dtype=np.float64)
     model = fit_logistic(x, y, features, l2=l2, sample_weight=np.asarray(weights) * len(rows))
-    threshold = 1.0
+    cuts = []
     for kinds in evidence.values():
         probs = np.sort([model.probability(e) for e in kinds.get("answerable", ())])
         if len(probs):
             cut = math.floor((1.0 - answer_rate) * len(probs))
-            threshold = min(threshold, float(probs[min(cut, len(probs) - 1)]))
+            cuts.append(float(probs[min(cut, len(probs) - 1)]))
+    threshold = (float(np.median(cuts)) if rule == "median" else min(cuts)) if cuts else 0.5
     meta = dict(info or {})
     meta.update(
         {
-            "rule": f"every corpus answers {answer_rate:.0%} of its answerable questions",
+            "rule": f"{'the median' if rule == 'median' else 'every'} corpus answers "
+            f"{answer_rate:.0%} of its answerable questions",
             "corpora": {
                 name: {k: len(v) for k, v in kinds.items()} for name, kinds in evidence.items()
             },
@@ -239,94 +245,53 @@ def leave_one_out(
 
 # -- a user's own corpus -------------------------------------------------------------------------
 
-SELF_WORDS = 6
-"""Content words of a self-made question: a sentence's most specific words, in its order — short
-enough that the sentence is not simply looked up, long enough to name what it is about."""
+OFF_TOPIC_QUANTILE = 0.7
+"""The self-calibrated threshold abstains on this share of clew's off-topic questions …"""
+THRESHOLD_CAP = 0.4
+"""… but never asks more than this P(answerable): where the corpus can answer general
+questions (Wikipedia), the off-topic questions look answerable and would set it too high.
+Both chosen on the six train corpora, leave-one-corpus-out (``bench/calibrate.py``)."""
 
 
-def self_questions(engine: Engine, n: int = 100, seed: int = 0) -> list[tuple[EvalQuery, str]]:
-    """Questions made from the corpus itself, each with the document it came from as its only
-    relevant document: from ``n`` chunks drawn at random (one per document), a sentence of at
-    least 8 words cut to its :data:`SELF_WORDS` highest-idf analyzer terms. Each comes with
-    the id of its document."""
-    from clew.compose.extract import split_sentences
-    from clew.ingest.analyze import analyze
-
-    store = engine.store
-    top = store.max_ordinal()
-    order = list(range(top + 1))
-    random.Random(seed).shuffle(order)
-    snap = engine.snapshot()
-    out: list[tuple[EvalQuery, str]] = []
-    used: set[str] = set()
-    for start in range(0, len(order), 256):
-        if len(out) >= n:
-            break
-        rows = store.fetch(order[start : start + 256])
-        for o in order[start : start + 256]:
-            row = rows.get(o)
-            if row is None or row.doc_id in used or len(out) >= n:
-                continue
-            spans = [row.text[a:b] for a, b in split_sentences(row.text)]
-            spans = [x for x in spans if len(x.split()) >= 8]
-            if not spans:
-                continue
-            sentence = spans[random.Random(f"{seed}:{o}").randrange(len(spans))]
-            terms = list(dict.fromkeys(analyze(sentence)))
-            idf = snap.idf(terms, None)
-            keep = set(sorted(terms, key=lambda t: (-idf.get(t, 0.0), t))[:SELF_WORDS])
-            words = [t for t in terms if t in keep]
-            if len(words) < 3:
-                continue
-            used.add(row.doc_id)
-            out.append((EvalQuery(f"self-{o}", " ".join(words)), row.doc_id))
-    return out
-
-
-def self_evidence(
-    engine: Engine,
-    config: EngineConfig | None = None,
+def offtopic_threshold(
+    calibration: Calibration,
+    offtopic: Sequence[Mapping[str, float]],
     *,
-    n: int = 100,
-    seed: int = 0,
-    progress: bool = False,
-) -> dict[str, list[dict[str, float]]]:
-    """The evidence kinds of a corpus with no judged questions: its self-made questions
-    (:func:`self_questions`) as is and with their document hidden, and clew's off-topic
-    questions as the unrelated ones."""
-    from clew.train.offtopic import OFF_TOPIC
-
-    made = self_questions(engine, n, seed)
-    if len(made) < 10:
-        raise ConfigError(
-            f"the index yields {len(made)} self-made questions; allowed: at least 10 "
-            "(ingest more documents, or calibrate on a judged dataset with --dataset)"
-        )
-    queries = tuple(q for q, _ in made)
-    qrels = {q.qid: {doc: 1} for q, doc in made}
-    dataset = Dataset("self", Path("."), "self", queries, qrels, 0)
-    return corpus_evidence(engine, dataset, config, unrelated=OFF_TOPIC, progress=progress)
+    quantile: float = OFF_TOPIC_QUANTILE,
+    cap: float = THRESHOLD_CAP,
+) -> float:
+    """The threshold under which ``quantile`` of the off-topic questions' P(answerable) falls,
+    capped at ``cap``: what the corpus's own score distribution says an unrelated question
+    looks like."""
+    if not offtopic:
+        raise ConfigError("self-calibration needs the evidence of at least one off-topic question")
+    probs = np.sort([calibration.probability(e) for e in offtopic])
+    return float(min(np.quantile(probs, quantile), cap))
 
 
 def calibrate_self(
     engine: Engine,
     config: EngineConfig | None = None,
     *,
-    n: int = 100,
-    answer_rate: float = 0.9,
-    seed: int = 0,
+    base: Calibration | None = None,
     progress: bool = False,
 ) -> tuple[Calibration, dict[str, float]]:
-    """A calibration for a corpus with no judged questions (``clew calibrate --self``): fitted on
-    :func:`self_evidence` (answerable against unrelated; the hidden-document questions are
-    reported, not fitted: a near miss often does answer a self-made question), with the
-    threshold that answers ``answer_rate`` of the self-made questions; and its in-sample rates."""
-    kinds = self_evidence(engine, config, n=n, seed=seed, progress=progress)
-    fit = {k: v for k, v in kinds.items() if k != "hidden"}
+    """A calibration for a corpus with no judged questions (``clew calibrate --self``): the
+    weights of ``base`` (default: the shipped calibration), the threshold from how clew's
+    off-topic questions score on this corpus (:func:`offtopic_threshold`); and the share of
+    those questions it abstains on."""
+    from clew.compose.answer import load_calibration
+    from clew.train.offtopic import OFF_TOPIC
+
+    base = base or load_calibration("")
+    far = unrelated_evidence(engine, OFF_TOPIC, config, progress=progress)
+    threshold = offtopic_threshold(base, far)
     info = {
+        **base.info,
         "dataset": "self",
-        "queries": len(kinds["answerable"]),
-        "unrelated": len(kinds["unrelated"]),
+        "unrelated": len(far),
+        "rule": f"abstain on {OFF_TOPIC_QUANTILE:.0%} of clew's off-topic questions, "
+        f"threshold at most {THRESHOLD_CAP:g}",
     }
-    cal = fit_across({"self": fit}, answer_rate=answer_rate, info=info)
-    return cal, rates(cal, kinds)
+    cal = Calibration(replace(base.model, info=info), threshold)
+    return cal, rates(cal, {"unrelated": far})

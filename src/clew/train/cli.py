@@ -114,30 +114,39 @@ def train_features_across(args: argparse.Namespace) -> int:
 
 
 def calibrate_self_command(args: argparse.Namespace) -> int:
-    """``clew calibrate --self --index DIR --out FILE``: an abstention calibration from the
-    index's own text (no judged questions needed); prints its in-sample rates."""
+    """``clew calibrate --self --index DIR [--out FILE]``: an abstention threshold for this
+    index from how clew's off-topic questions score on it (no judged questions needed), with
+    the weights of ``answer.calibration`` (default: the shipped ones); written to FILE or into
+    the index (its answers then use it)."""
     from clew.engine import Engine
     from clew.train.calibrate import calibrate_self
 
     if not args.self_:
         raise ConfigError("calibrate needs --dataset DIR (a judged BEIR split) or --self")
-    if not args.index or not args.out:
-        raise ConfigError("calibrate --self needs --index DIR (the index) and --out FILE")
+    if not args.index:
+        raise ConfigError("calibrate --self needs --index DIR (the index to calibrate)")
     config = EngineConfig.from_yaml(args.config) if args.config else EngineConfig()
     engine = Engine(args.index, config)
     try:
-        cal, rates = calibrate_self(
-            engine,
-            config,
-            n=args.limit or 100,
-            answer_rate=args.answer_rate or 0.9,
-            progress=not args.no_progress,
-        )
+        from clew.compose.answer import load_calibration
+
+        base = load_calibration(config.answer.calibration)  # its weights; "": the shipped ones
+        cal, rates = calibrate_self(engine, config, base=base, progress=not args.no_progress)
     finally:
         engine.close()
-    out = Path(args.out)
+    from clew.engine import CALIBRATION_FILE
+
+    out = Path(args.out) if args.out else engine.directory / CALIBRATION_FILE
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(cal.to_json(), indent=2) + "\n", encoding="utf-8")
-    print(f"calibration written to {out}: threshold {cal.threshold:.4f}; in sample: {rates}")
-    print(f"use it with answer.calibration: {out}")
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(cal.to_json(), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(out)
+    print(
+        f"calibration written to {out}: threshold {cal.threshold:.4f}; in sample it abstains on "
+        f"{rates['abstained_unrelated']:.0%} of {cal.info['unrelated']} off-topic questions"
+    )
+    if args.out:
+        print(f"use it with answer.calibration: {out}")
+    else:
+        print("the index's answers use it from now on (a running service: after a restart)")
     return 0
