@@ -65,7 +65,7 @@ def configs(args: object) -> list[tuple[str, EngineConfig]]:
             )
         )
     out.append(("ask", base))
-    # the baseline of the answer stage: every candidate sentence embedded (before 16 at most)
+    # the baseline of the answer stage: every candidate sentence embedded (the default: 8 at most)
     out.append(("ask, all sentences embedded", base.with_overrides(answer={"embed_sentences": 0})))
     return out
 
@@ -156,7 +156,7 @@ def main() -> None:
     notes = [
         "stage cells are p50 / p95 of the engine's own timings; `wall` is measured around the call",
         "`ask` = search of 20 hits with the default config + assembly + extractive answer "
-        "(sentences of the top 4 hits; the 16 best by terms, type and rank embedded; "
+        "(sentences of the top 4 hits; the 8 best by terms, type and rank embedded; "
         "`ask, all sentences embedded` embeds every one, as before)",
         "`other procs` = cores other processes used during the run",
     ]

@@ -811,6 +811,7 @@ def render_answer(answer: Any) -> str:
     lines.append(
         f"confidence {answer.confidence:.2f} (abstains below {answer.threshold:.2f})"
         + ("  → abstained" if answer.abstained else "")
+        + (" (a code it names is in no source)" if answer.evidence.get("absent_codes") else "")
     )
     if answer.abstained and answer.nearest:
         lines.append("nearest misses:")

@@ -351,7 +351,7 @@ class AnswerConfig:
     max_words: int = 60
     chunks: int = 4
     """Best-ranked hits whose sentences compete for the extractive answer."""
-    embed_sentences: int = 16
+    embed_sentences: int = 8
     """Sentences embedded to score by meaning, the best by terms, type and rank (0: all)."""
     """Longest extractive answer in words: the best sentence always, then supporting sentences
     while the answer stays within this (a second sentence that bridges to a second hop may take

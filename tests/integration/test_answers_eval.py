@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from clew import Engine
 from clew.cli import main
 
 HOTPOT = Path(__file__).resolve().parents[3] / "shared" / "data" / "hotpotqa-train100"
@@ -120,3 +121,16 @@ def test_calibrate_self_then_ask_with_it(
     assert "answer.calibration" in capsys.readouterr().out
     assert main(["calibrate", "--self", "--out", str(out)]) == 2
     assert "--index" in capsys.readouterr().err
+
+
+def test_a_code_no_source_names_is_not_answered(sample_engine: Engine) -> None:
+    """A leak trap: a near miss of a real code (ERR-4499 next to ERR-4413) abstains, the real
+    one answers; a code only hidden documents hold is absent for the caller too."""
+    trap = sample_engine.ask("What does ERR-4499 mean?")
+    assert trap.abstained and trap.evidence["absent_codes"] == 1.0
+    real = sample_engine.ask("What does ERR-4413 mean?")
+    assert not real.abstained and real.evidence["absent_codes"] == 0.0
+    assert "Idempotency key in use" in real.answer
+    # every document naming ERR-4413 is public, internal or unlabelled: none is "sre"
+    hidden = sample_engine.ask("What does ERR-4413 mean?", scope={"audience": "sre"})
+    assert hidden.abstained and hidden.evidence["absent_codes"] == 1.0

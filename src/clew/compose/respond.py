@@ -26,7 +26,7 @@ from clew.protocols import Encoder
 from clew.retrieve.run import Run, elapsed_ms
 from clew.types import Hit
 
-__all__ = ["ASK_K", "answer_pool", "respond"]
+__all__ = ["ASK_K", "absent_codes", "answer_pool", "respond"]
 
 ASK_K = 20
 """Hits an answer considers before assembly (the token budget decides how many are kept)."""
@@ -77,7 +77,10 @@ def respond(
         found = calibration(cfg.answer.calibration)
         confidence = found.probability(evidence)
         threshold, calibration_info = found.threshold, found.info
-    abstained = cfg.answer.abstain and (confidence < threshold or not selected or not ctx.kept)
+    missing = absent_codes(question, snap, run.scoped)
+    evidence["absent_codes"] = float(len(missing))
+    weak = confidence < threshold or not selected or not ctx.kept or bool(missing)
+    abstained = cfg.answer.abstain and weak
     timings["answer"] = elapsed_ms(t)
 
     citations: list[Citation] = []
@@ -156,6 +159,27 @@ def respond(
         "calibration": calibration_info,
     }
     return answer, extra
+
+
+_NEVER = "\x00no-such-token"
+"""A token no chunk has: its idf is what a term absent from the caller's scope gets."""
+
+
+def absent_codes(question: str, snap: Any, scoped: Any) -> list[str]:
+    """The codes the question names (identifiers with a digit: ``LOCK-E35``, ``PK-48``,
+    ``4.2.0``) that no chunk in the caller's scope contains: sources that never mention the
+    code cannot say what it is, however close the rest of the evidence looks."""
+    from clew.ingest.concepts import identifier_spans
+
+    codes = {}
+    for surface, _, _ in identifier_spans(question):
+        tokens = analyze(surface)
+        if tokens and any(c.isdigit() for c in surface):
+            codes[tokens[0]] = surface
+    if not codes:
+        return []
+    idf = snap.idf([*codes, _NEVER], scoped)
+    return [surface for token, surface in codes.items() if idf[token] >= idf[_NEVER]]
 
 
 def answer_pool(hits: Sequence[Hit], ctx: Context, n: int) -> list[Hit]:
