@@ -58,9 +58,7 @@ def test_evidence_features_use_ranks_not_raw_scores() -> None:
         sentence_overlap=0.3,
     )
     assert scaled["dense_gap"] == pytest.approx(ev["dense_gap"])
-    assert set(EVIDENCE) <= set(ev)
-    # measured beside them: the legs' top-10 overlap and the coverage by all hits
-    assert ev["agreement10"] == pytest.approx(0.1) and ev["coverage_all"] == 0.0
+    assert set(ev) == set(EVIDENCE)
 
 
 def test_threshold_answers_the_target_share(tmp_path: Path) -> None:

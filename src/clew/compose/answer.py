@@ -152,11 +152,8 @@ def evidence_features(
     unit: float,
     coverages: Sequence[float],
     sentence_overlap: float,
-    coverage_all: float = 0.0,
 ) -> dict[str, float]:
-    """The abstention features of one retrieval (see :data:`EVIDENCE`), and the candidates
-    measured beside them (``coverage_all``: the query's idf mass found anywhere in the hits;
-    ``agreement10``: the share of the lexical top 10 the dense top 10 holds too)."""
+    """The abstention features of one retrieval (see :data:`EVIDENCE`)."""
     run_legs = [leg for leg in LEGS if leg_weights.get(leg, 0.0) > 0 and leg in leg_scores]
     best = sum(leg_weights[leg] for leg in run_legs) * unit if run_legs else 1.0
     fused = 0.0
@@ -176,15 +173,7 @@ def evidence_features(
         "dense_gap": _gap(leg_scores.get("dense", ())),
         "lexical_gap": _gap(leg_scores.get("lexical", ())),
         "sentence": sentence_overlap,
-        "coverage_all": coverage_all,
-        "agreement10": _overlap10(leg_top.get("lexical", ()), leg_top.get("dense", ())),
     }
-
-
-def _overlap10(a: Sequence[str], b: Sequence[str]) -> float:
-    """Share of the first 10 of ``a`` that the first 10 of ``b`` hold (0 when either is empty)."""
-    top_a, top_b = list(a)[:10], set(list(b)[:10])
-    return sum(x in top_b for x in top_a) / 10 if top_a and top_b else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +241,7 @@ def fit_calibration(
     if answer_rate is not None:
         if not 0.0 < answer_rate <= 1.0:
             raise ModelError(f"answer_rate={answer_rate!r} is invalid; allowed: (0, 1]")
-        cut = math.floor((1.0 - answer_rate) * len(pos_probs))
+        cut = math.floor((1.0 - answer_rate) * len(pos_probs) + 1e-9)
         threshold = float(pos_probs[min(cut, len(pos_probs) - 1)]) if len(pos_probs) else 0.5
     else:
         threshold, best = 0.5, -1.0

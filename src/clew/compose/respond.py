@@ -58,9 +58,7 @@ def respond(
         max_words=cfg.answer.max_words,
         embed_limit=cfg.answer.embed_sentences or None,
     )
-    token_sets = [set(analyze(f"{h.title} {h.text}")) for h in run.hits]
-    coverages = [coverage(idf, tokens) for tokens in token_sets[:3]]
-    everywhere = set().union(*token_sets) if token_sets else set()
+    coverages = [coverage(idf, set(analyze(f"{h.title} {h.text}"))) for h in run.hits[:3]]
     keys = snap.keys
     evidence = evidence_features(
         leg_scores={leg: [h.score for h in hits] for leg, hits in run.lists.items()},
@@ -70,7 +68,6 @@ def respond(
         unit=cfg.fusion.top_part(),
         coverages=coverages,
         sentence_overlap=float(selected[0].parts.get("term_overlap", 0.0)) if selected else 0.0,
-        coverage_all=coverage(idf, everywhere),
     )
     confidence, threshold, calibration_info = 1.0, 0.0, {}
     if cfg.answer.abstain:

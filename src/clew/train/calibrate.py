@@ -198,7 +198,7 @@ def fit_across(
     for kinds in evidence.values():
         probs = np.sort([model.probability(e) for e in kinds.get("answerable", ())])
         if len(probs):
-            cut = math.floor((1.0 - answer_rate) * len(probs))
+            cut = math.floor((1.0 - answer_rate) * len(probs) + 1e-9)
             cuts.append(float(probs[min(cut, len(probs) - 1)]))
     threshold = (float(np.median(cuts)) if rule == "median" else min(cuts)) if cuts else 0.5
     meta = dict(info or {})
@@ -227,19 +227,6 @@ def rates(
         out["answered" if kind == "answerable" else f"abstained_{kind}"] = round(
             share if kind == "answerable" else 1.0 - share, 4
         )
-    return out
-
-
-def leave_one_out(
-    evidence: Mapping[str, Mapping[str, Sequence[dict[str, float]]]],
-    **fit: Any,
-) -> dict[str, dict[str, float]]:
-    """Per corpus, the rates of a calibration fitted on the other corpora only."""
-    out: dict[str, dict[str, float]] = {}
-    for name, kinds in evidence.items():
-        rest = {n: k for n, k in evidence.items() if n != name}
-        cal = fit_across(rest, **fit)
-        out[name] = {"threshold": round(cal.threshold, 4), **rates(cal, kinds)}
     return out
 
 

@@ -1,0 +1,56 @@
+"""Calibration across corpora and from off-topic questions, on small made-up evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from clew.compose.answer import EVIDENCE
+from clew.errors import ConfigError
+from clew.train.calibrate import fit_across, offtopic_threshold, rates
+
+
+def ev(strength: float) -> dict[str, float]:
+    return {f: strength for f in EVIDENCE}
+
+
+def corpus(answerable: list[float], unrelated: list[float]) -> dict[str, list[dict[str, float]]]:
+    return {
+        "answerable": [ev(x) for x in answerable],
+        "hidden": [ev(0.5)],
+        "unrelated": [ev(x) for x in unrelated],
+    }
+
+
+EASY = corpus([0.8 + i / 100 for i in range(10)], [0.1 + i / 100 for i in range(10)])
+HARD = corpus([0.4 + i / 100 for i in range(10)], [0.05 + i / 100 for i in range(10)])
+MIDDLE = corpus([0.6 + i / 100 for i in range(10)], [0.1 + i / 100 for i in range(10)])
+
+
+def test_the_median_corpus_answers_the_share_asked() -> None:
+    corpora = {"easy": EASY, "hard": HARD, "middle": MIDDLE}
+    cal = fit_across(corpora, answer_rate=0.9)
+    cuts = []
+    for c in corpora.values():
+        probs = sorted(cal.probability(e) for e in c["answerable"])
+        cuts.append(probs[1])  # answers 9 of 10
+    assert cal.threshold == pytest.approx(sorted(cuts)[1])
+    lowest = fit_across(corpora, answer_rate=0.9, rule="min")
+    assert lowest.threshold == pytest.approx(min(cuts))
+    assert all(rates(lowest, c)["answered"] >= 0.9 for c in corpora.values())
+    assert rates(cal, HARD)["answered"] < 0.9 <= rates(cal, EASY)["answered"]
+    assert rates(cal, EASY)["abstained_unrelated"] == 1.0
+    assert set(cal.info["corpora"]) == set(corpora)
+    with pytest.raises(ConfigError, match="rule"):
+        fit_across(corpora, rule="max")
+
+
+def test_offtopic_threshold_is_a_quantile_with_a_cap() -> None:
+    cal = fit_across({"easy": EASY, "hard": HARD})
+    low = [ev(0.05 + i / 200) for i in range(10)]
+    t = offtopic_threshold(cal, low, quantile=0.7, cap=0.99)
+    probs = sorted(cal.probability(e) for e in low)
+    assert probs[5] <= t <= probs[7]
+    assert sum(cal.probability(e) < t for e in low) == 7
+    assert offtopic_threshold(cal, [ev(0.99)] * 3, cap=0.4) == 0.4
+    with pytest.raises(ConfigError, match="off-topic"):
+        offtopic_threshold(cal, [])
