@@ -59,8 +59,11 @@ __all__ = [
 
 GROUNDED_OVERLAP = 0.6
 """Least share of a sentence's content words found in its cited chunk for it to count as
-grounded. A paraphrase keeps most content words (0.6–1.0 measured on answers of the eval sets);
-a sentence about something else shares only its topic words with the chunk (under 0.4)."""
+grounded. Measured on the answers to 60 questions each of HotpotQA- and MuSiQue-train100: a
+sentence holds all its content words in the chunk it came from (1.0), and a median 0.20 / 0.12
+(90th percentile 0.47 / 0.38) in the other top-10 hits of the same question; 4% of those reach
+0.6. So 0.6 passes a sentence that keeps most of its source's words and fails one whose source is
+another passage on the same topic."""
 ANSWER_METRICS: tuple[str, ...] = (
     "in_answer",
     "in_cited",
