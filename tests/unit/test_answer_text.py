@@ -181,3 +181,23 @@ def test_a_bridging_second_sentence_may_overrun_the_budget_a_little() -> None:
     picked = select_sentences(q, hits, max_words=int(words / 1.2))
     assert [s.sentence.chunk_id for s in picked] == ["toad#0", "anu#0"]
     assert len(select_sentences(q, hits, max_words=int(words / 1.4))) == 1
+
+
+def test_the_span_asked_for_goes_first_when_it_scores_close() -> None:
+    hits = [
+        hit(
+            "glossary#3",
+            "An idempotency key is kept by the server so that a retried request runs once. "
+            "Keys are kept for 24 hours.",
+        )
+    ]
+    picked = select_sentences("How long is an idempotency key kept?", hits)
+    assert picked[0].sentence.text == "Keys are kept for 24 hours."
+    assert picked[0].score < picked[1].score  # first for its type, not for its score
+    assert type_match("duration", "treated as a new charge", "how long") == 0.0  # not "a" + "s"
+    # a sentence that only says a duration but is otherwise far off does not jump the queue
+    far = [hit("a#0", "An idempotency key makes a retried idempotency key request run once."),
+           hit("b#0", "Backups run for 2 hours every night.")]  # fmt: skip
+    assert select_sentences("How long is an idempotency key kept?", far)[0].sentence.chunk_id == (
+        "a#0"
+    )

@@ -63,6 +63,10 @@ LEXICAL_WEIGHTS: Mapping[str, float] = {"term_overlap": 0.9, "chunk_rank": 0.1}
 """Weights without an encoder: :data:`DENSE_WEIGHTS` less ``cosine``, renormalised to 1."""
 IDENTIFIER_BONUS = 0.2
 """Added × the share of the question's identifiers the sentence names exactly."""
+TYPED_FIRST: frozenset[str] = frozenset({"definition", "duration", "quantity", "time"})
+"""Question types whose answer is a span (a duration, a number, a date, a definition): the best
+sentence holding one goes first when it scores at least :data:`TYPED_FIRST_SHARE` of the best."""
+TYPED_FIRST_SHARE = 0.7
 BRIDGE_ROOM = 1.25
 """A second sentence that bridges may take the answer to this many times ``max_words``."""
 ANSWER_TYPE_WEIGHT = 0.25
@@ -539,9 +543,16 @@ def select_sentences(
     bridges: set[str] = set()
     words_used = 0
     pool = list(scored)
+    first = -1  # a span of the asked type first ("Kept for 24 hours." for "how long …")
+    if asked_type.kind in TYPED_FIRST and pool:
+        typed = [i for i, c in enumerate(pool) if c.parts.get("answer_type", 0.0) > 0]
+        if typed and pool[typed[0]].score >= TYPED_FIRST_SHARE * pool[0].score:
+            first = typed[0]
     while pool and len(chosen) < max_sentences:
         best_at, best_score, best_bridge = -1, -math.inf, 0.0
         for at, cand in enumerate(pool):
+            if first >= 0 and at != first:
+                continue
             if per_hit.get(cand.sentence.hit_index, 0) >= max_per_hit:
                 continue
             if any(_repeats(cand.tokens, c.tokens) for c in chosen):
@@ -559,6 +570,7 @@ def select_sentences(
                 best_at, best_score, best_bridge = at, cand.score + bridge, bridge
         if best_at < 0:
             break
+        first = -1
         cand = pool.pop(best_at)
         if chosen:
             cand = _Scored(

@@ -114,10 +114,13 @@ _DURATION_UNITS = (
     r"(?:milli)?seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|weeks?|months?|years?|"
     r"decades?|centur(?:y|ies)|ms|s|h|d"
 )
+_LONG_UNITS = (
+    r"(?:milli)?seconds?|minutes?|hours?|days?|weeks?|months?|years?|decades?|centur(?:y|ies)"
+)
 _DURATION = re.compile(
-    rf"\b(?:\d+(?:[.,]\d+)?|one|two|three|four|five|six|seven|eight|nine|ten|twelve|"
-    rf"fifteen|twenty|thirty|forty|fifty|sixty|ninety|a few|several|a|an)[\s-]*"
-    rf"(?:{_DURATION_UNITS})\b",
+    rf"\b\d+(?:[.,]\d+)?[\s-]*(?:{_DURATION_UNITS})\b|"
+    rf"\b(?:one|two|three|four|five|six|seven|eight|nine|ten|twelve|fifteen|twenty|thirty|"
+    rf"forty|fifty|sixty|ninety|a few|several|a|an)[\s-]+(?:{_LONG_UNITS})\b",
     re.IGNORECASE,
 )
 _NUMBER = re.compile(
