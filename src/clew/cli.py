@@ -703,7 +703,7 @@ def _eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from clew.eval.datasets import load_dataset
-    from clew.eval.gate import check_gates, load_gates
+    from clew.eval.gate import check_gates, load_gates, report_gates
     from clew.eval.runner import configs_for, format_table, run_eval, write_trec_run
 
     dataset = load_dataset(args.dataset, args.split)
@@ -764,12 +764,7 @@ def _eval(args: argparse.Namespace) -> int:
     if gates:
         primary = "default" if args.ablate else configs[0][0]
         reasons = check_gates(gates, result.dataset, result.table(), config=primary)
-        if reasons:
-            print(f"gate FAILED for {result.dataset} ({len(reasons)}):", file=sys.stderr)
-            for reason in reasons:
-                print(f"  - {reason}", file=sys.stderr)
-            return 1
-        print(f"gate passed for {result.dataset}", file=sys.stderr)
+        return report_gates("gate", result.dataset, reasons)
     return 0
 
 

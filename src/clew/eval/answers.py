@@ -329,9 +329,9 @@ def answers_command(args: Any, dataset: Dataset) -> int:
     JSON), save it (``--save DIR``: ``DIR/<dataset>-answers.json``) and check ``--gate`` (its
     ``answer_gates``). Exit status 1 when a gate fails."""
     import json
-    import sys
 
     from clew.eval.datasets import load_dataset
+    from clew.eval.gate import report_gates
     from clew.eval.runner import open_index
 
     config = EngineConfig.from_yaml(args.config) if args.config else EngineConfig()
@@ -355,13 +355,9 @@ def answers_command(args: Any, dataset: Dataset) -> int:
     if args.save:
         out = Path(args.save) / f"{Path(dataset.name).name}-answers.json"
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({k: v for k, v in report.items() if k != "records"}, indent=2))
+        tmp = out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({k: v for k, v in report.items() if k != "records"}, indent=2))
+        tmp.replace(out)
     if args.gate:
-        reasons = check_answer_gates(args.gate, report)
-        if reasons:
-            print(f"answer gate FAILED for {dataset.name} ({len(reasons)}):", file=sys.stderr)
-            for reason in reasons:
-                print(f"  - {reason}", file=sys.stderr)
-            return 1
-        print(f"answer gate passed for {dataset.name}", file=sys.stderr)
+        return report_gates("answer gate", dataset.name, check_answer_gates(args.gate, report))
     return 0

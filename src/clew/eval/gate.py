@@ -27,7 +27,15 @@ import yaml
 from clew.eval.datasets import EvalError
 from clew.eval.metrics import canonical_metric
 
-__all__ = ["ALL_SLICES", "OVERALL", "Gate", "check_gates", "load_gates", "parse_gates"]
+__all__ = [
+    "ALL_SLICES",
+    "OVERALL",
+    "Gate",
+    "check_gates",
+    "load_gates",
+    "parse_gates",
+    "report_gates",
+]
 
 OVERALL = "all"
 """Slice name of the overall row."""
@@ -280,3 +288,17 @@ def check_gates(
         for slice_name in slices:
             reasons.extend(_check_slice(gate, dataset, slice_name, table, config, legs))
     return reasons
+
+
+def report_gates(label: str, dataset: str, reasons: Sequence[str]) -> int:
+    """Print a gate check's verdict on stderr (every reason when it failed) and return the exit
+    status: 1 when it failed, else 0. ``label``: ``gate`` or ``answer gate``."""
+    import sys
+
+    if reasons:
+        print(f"{label} FAILED for {dataset} ({len(reasons)}):", file=sys.stderr)
+        for reason in reasons:
+            print(f"  - {reason}", file=sys.stderr)
+        return 1
+    print(f"{label} passed for {dataset}", file=sys.stderr)
+    return 0
