@@ -1,5 +1,12 @@
 # clew: `make demo` and `make test` do all set-up on a fresh machine.
-PY ?= python3.11
+# PY: the first of PY_CANDIDATES on PATH that is Python >= 3.11 (3.11 first: the lock and the CPU
+# torch wheel are made for it; asked of the interpreter itself,
+# so a pyenv shim without its version installed is skipped); `make PY=/path/to/python` overrides.
+PY_CANDIDATES := python3.11 python3.12 python3.13 python3
+PY_OK := import sys; sys.exit(sys.version_info < (3, 11))
+ifeq ($(origin PY),undefined)
+PY := $(firstword $(foreach p,$(PY_CANDIDATES),$(shell $(p) -c '$(PY_OK)' >/dev/null 2>&1 && echo $(p))))
+endif
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -10,12 +17,13 @@ export TOKENIZERS_PARALLELISM := false
 .PHONY: install demo test check lint typecheck format bench eval clean
 
 $(STAMP): pyproject.toml requirements.lock
-	@command -v $(PY) >/dev/null 2>&1 || { echo "need $(PY) (Python >= 3.11)"; exit 1; }
+	@test -n "$(PY)" || { echo "need Python >= 3.11: none of $(PY_CANDIDATES) on PATH is one; install one or run make PY=/path/to/python3.11"; exit 1; }
+	@$(PY) -c '$(PY_OK)' >/dev/null 2>&1 || { echo "PY=$(PY) is not a Python >= 3.11 (or not on PATH)"; exit 1; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip==26.3
 	# torch first, pinned to the CPU build (a plain requirement would pull a CUDA build)
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev,torch,bench,serve,postgres,ray]'
+	$(BIN)/python -m pip install -q -c requirements.lock -e '.[dev,torch,bench,serve,postgres,ray,langchain,llamaindex,haystack]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -429,7 +429,9 @@ class CacheConfig:
 @dataclass(frozen=True, slots=True)
 class EmbedderConfig:
     model: str = "minilm"
-    """``minilm`` (packaged all-MiniLM-L6-v2), a local directory, or a hub name already cached."""
+    """``minilm`` (all-MiniLM-L6-v2: the fp32 export with ``clew[torch]`` installed, the packaged
+    int8 ONNX file without), ``minilm-fp32`` or ``minilm-int8`` (pinned), a local directory, or a
+    hub name already cached."""
     batch_size: int = 32
     threads: int = 0
     """onnxruntime intra-op threads; 0 = one per core."""

@@ -74,13 +74,38 @@ def check_built_with(
     wanted = config.embedder.model
     if wanted == EmbedderConfig().model and stored != wanted:
         # default config on an index built with another model: query with that model
-        return replace(config, embedder=replace(config.embedder, model=stored))
+        config = replace(config, embedder=replace(config.embedder, model=stored))
+        wanted = stored
     if stored != wanted:
         raise ConfigError(
             f"index at {where!r} was built with embedder {stored!r}; "
             f"got {wanted!r}. Re-ingest into a new index to change models"
         )
+    check_model_version(wanted, stored_version, where)
     return config
+
+
+def check_model_version(model: str, stored_version: str, where: str) -> None:
+    """A ConfigError when ``model`` resolves here to other weights than the index was embedded
+    with (``minilm`` is the fp32 export with ``clew[torch]`` installed, the int8 file without):
+    vectors of two models must never meet in one index or one query. Resolving costs no export
+    and under a millisecond; a model that does not resolve here is left to the encoder's load."""
+    if not stored_version:
+        return
+    from clew.errors import ModelError
+    from clew.models.embedder import resolve_model
+
+    try:
+        files = resolve_model(model, export=False)
+    except ModelError:
+        return
+    if files.version != stored_version:
+        raise ConfigError(
+            f"index at {where!r} was embedded by {model!r} version {stored_version}; here "
+            f"{model!r} is {files.name} version {files.version} ('minilm' is the fp32 model "
+            "with clew[torch] installed, int8 without). Query it where the same model is "
+            "installed, or re-ingest into a new index ('minilm-fp32' and 'minilm-int8' pin one)"
+        )
 
 
 def record_meta(store: MetaStore, meta: Mapping[str, str]) -> None:

