@@ -23,6 +23,7 @@ from clew.types import (
     Concept,
     Contribution,
     Document,
+    DocumentSummary,
     ExpansionPath,
     GraphTrail,
     Hit,
@@ -32,6 +33,7 @@ from clew.types import (
     RerankStatus,
     Route,
     SearchResult,
+    SkippedFile,
 )
 
 __version__ = "0.1.0"
@@ -48,6 +50,7 @@ __all__ = [
     "ConfigError",
     "Contribution",
     "Document",
+    "DocumentSummary",
     "Encoder",
     "Engine",
     "EngineConfig",
@@ -71,6 +74,7 @@ __all__ = [
     "Route",
     "Run",
     "SearchResult",
+    "SkippedFile",
     "StoreError",
     "__version__",
     "analyze",

@@ -21,19 +21,28 @@ from typing import TYPE_CHECKING, Any
 from clew.backends import backend_kind, display_target
 from clew.cache import ResultCache
 from clew.config import EngineConfig, preset_config
-from clew.errors import QueryError, StoreError
+from clew.errors import ConfigError, QueryError, StoreError
 from clew.filters import matches, parse_filter, to_json
 from clew.ingest.analyze import ANALYZER_VERSION
 from clew.ingest.concepts import ConceptExtractor
 from clew.ingest.fingerprint import check_built_with, encoder_name, ingest_meta, record_meta
-from clew.memory import MEMORY_KIND, check_targets, memory_document, recall_window
+from clew.memory import MEMORY_KIND, MEMORY_SOURCE, check_targets, memory_document, recall_window
 from clew.protocols import Backend, Encoder, Reranker, Snapshot, encode_queries
 from clew.releases import Releases
 from clew.retrieve.pipeline import Services, retrieve
 from clew.retrieve.recency import without_memory_recency
 from clew.retrieve.run import SAME_SCOPE, Answered, Replay, Run, replay_args, replayed
 from clew.retrieve.similar import similar
-from clew.types import Document, IngestReport, SearchResult, Similar, StoredDocument
+from clew.types import (
+    API_SOURCE,
+    Document,
+    DocumentSummary,
+    IngestReport,
+    SearchResult,
+    Similar,
+    SkippedFile,
+    StoredDocument,
+)
 
 if TYPE_CHECKING:
     from clew.compose.answer import Answer, Calibration
@@ -187,8 +196,17 @@ class Engine:
         *,
         progress: bool = False,
         scope: Any = None,
+        prune: bool = False,
     ) -> IngestReport:
         """Ingest files, directories or :class:`Document` values; then refresh the indexes.
+
+        A directory's files that cannot be loaded (unsupported type, no text layer, corrupt,
+        too big) are skipped and listed in :attr:`IngestReport.skipped` with their reasons; a
+        file named directly that cannot be loaded is an error and nothing is written.
+
+        ``prune``: the index mirrors the given directories: every document the caller's scope
+        can see whose id is not among their files (loaded or skipped) is removed, in the same
+        write (:attr:`IngestReport.removed`). Only for directory sources.
 
         ``scope``: the writer's access filter (a service key's scope). Entity resolution then
         resolves names against concepts its scope can see only, so what a write links to never
@@ -202,7 +220,13 @@ class Engine:
         from clew.retrieve.scoped_writer import ScopedWriter
 
         self.store.check_writable()
-        docs = load_sources(sources, self.config.ingest)
+        loaded = load_sources(sources, self.config.ingest)
+        if prune and not loaded.directories_only:
+            raise ConfigError(
+                "prune mirrors directories: every source must be a directory (files, documents "
+                "and transcripts cannot say which documents are gone)"
+            )
+        docs = loaded.documents
         meta = self.fingerprint()
         fingerprint = json.dumps(meta, sort_keys=True)
         ctx = ingest_context(
@@ -214,9 +238,37 @@ class Engine:
             if parse_filter(scope) is not None:
                 writer = ScopedWriter(self.store, self.snapshot(), scope)
             try:
-                return ingest(docs, writer, ctx, progress=progress)
+                report = ingest(
+                    docs, writer, ctx, progress=progress, skippable=loaded.from_directories
+                )
+                removed: tuple[str, ...] = ()
+                if prune:
+                    gone = self._pruned(loaded.documents, loaded.skipped, scope)
+                    if gone:
+                        self.store.delete(gone)
+                    removed = tuple(gone)
+                skipped = tuple(sorted((*loaded.skipped, *report.skipped), key=lambda f: f.path))
+                return replace(
+                    report, skipped=skipped, removed=removed, release=self.store.release()
+                )
             finally:
                 self.refresh()
+
+    def _pruned(
+        self, loaded: Sequence[Document], skipped: Sequence[SkippedFile], scope: Any
+    ) -> list[str]:
+        """The documents a ``prune`` removes: those the writer's scope can see that came from
+        a file (not the API, not memories) and whose file was neither loaded nor skipped now.
+        A skipped JSONL file keeps the documents it held (their ids are in the file)."""
+        keep = {d.doc_id for d in loaded} | {s.path for s in skipped}
+        held = tuple(f"{Path(s.path).name}:" for s in skipped if s.path.endswith(".jsonl"))
+        return [
+            d.doc_id
+            for d in self.documents(scope=scope)
+            if d.doc_id not in keep
+            and d.source not in (API_SOURCE, MEMORY_SOURCE)
+            and not (held and d.source.startswith(held))
+        ]
 
     def delete(self, doc_ids: str | Sequence[str]) -> int:
         """Remove documents from every leg. Unknown ids are an error, nothing is removed.
@@ -410,6 +462,24 @@ class Engine:
         doc, chunks = found
         visible = self._visible([c[0] for c in chunks], doc["metadata"], scope)
         return StoredDocument.from_store(doc, chunks) if visible else None
+
+    def documents(
+        self, *, scope: Any = None, after: str | None = None, limit: int | None = None
+    ) -> list[DocumentSummary]:
+        """The index's documents (no text), in id order (bytewise): those ``scope`` (a caller's
+        access filter) lets through only, so a scoped caller learns nothing of the others, not
+        even how many there are. ``after``: start after this id (exclusive; it need not
+        exist); ``limit``: at most this many (1..100000; default all)."""
+        if limit is not None and (
+            not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100_000
+        ):
+            raise QueryError(f"limit={limit!r} is invalid; allowed: 1..100000")
+        if after is not None and not isinstance(after, str):
+            raise QueryError(f"after={after!r} is invalid; allowed: a document id (a string)")
+        docs: list[DocumentSummary] = self.store.documents(
+            parse_filter(scope), after=after, limit=limit
+        )
+        return docs
 
     def _visible(self, ordinals: Sequence[int], metadata: Mapping[str, Any], scope: Any) -> bool:
         node = parse_filter(scope)

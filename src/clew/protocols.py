@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from clew.filters import Mask, Node
-from clew.types import Chunk, Document, LegHit, Mention
+from clew.types import Chunk, Document, DocumentSummary, LegHit, Mention
 
 if TYPE_CHECKING:
     from clew.config import DenseConfig, EngineConfig, GraphConfig, LexicalConfig
@@ -87,6 +87,8 @@ class ChunkRow:
     heading_path: tuple[str, ...]
     metadata: dict[str, Any]
     token_count: int = 0
+    page: int | None = None
+    """The page (1-based) the chunk starts on, for a paged document (PDF)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,14 @@ class Store(Protocol):
     def has_document(self, doc_id: str) -> bool: ...
 
     def counts(self) -> dict[str, int]: ...
+
+    def documents(
+        self, scope: Node | None = None, *, after: str | None = None, limit: int | None = None
+    ) -> list[DocumentSummary]:
+        """The documents (no text) in id order, bytewise: those ``scope`` lets through (as a
+        caller's scope: a field a document lacks matches nothing), after the id ``after``
+        (exclusive), at most ``limit``; all read from one release."""
+        ...
 
     def doc_hashes(self, doc_ids: Sequence[str]) -> dict[str, str]: ...
 

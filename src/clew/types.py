@@ -34,6 +34,9 @@ class Document:
     links: tuple[str, ...] = ()
     """Raw link targets (markdown links, ``metadata.links``), resolved to documents in the graph."""
     fmt: str = "txt"
+    pages: tuple[int, ...] = ()
+    """Where each page starts in ``text`` (character offsets, ascending, the first 0) for a
+    paged format (PDF); empty for the others. Each chunk records the page it starts on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,8 @@ class Chunk:
     start: int = 0
     """Character offset of the chunk's first character in the document text."""
     end: int = 0
+    page: int | None = None
+    """The page (1-based) the chunk starts on, for a paged format (PDF); None otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +192,8 @@ class Hit:
     """Graph-expansion paths that reached this chunk, best first (empty if none did)."""
     rerank: RerankNote | None = None
     """What the reranker did to this hit (None when no reranker ran on it)."""
+    page: int | None = None
+    """The page (1-based) the chunk starts on, for a paged document (PDF); None otherwise."""
 
     def to_dict(self) -> dict[str, JSONValue]:
         return {
@@ -203,6 +210,7 @@ class Hit:
             "token_count": self.token_count,
             "expansion": [p.to_dict() for p in self.expansion],
             "rerank": None if self.rerank is None else self.rerank.to_dict(),
+            "page": self.page,
         }
 
 
@@ -390,6 +398,31 @@ class StoredDocument:
 
 
 @dataclass(frozen=True, slots=True)
+class DocumentSummary:
+    """One line of a listing of the index's documents (:meth:`clew.Engine.documents`): what a
+    document is, without its text."""
+
+    doc_id: str
+    title: str
+    source: str
+    chunks: int
+    """How many chunks it has."""
+    release: int
+    """The release that last wrote it."""
+    metadata: dict[str, JSONValue] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {
+            "id": self.doc_id,
+            "title": self.title,
+            "source": self.source,
+            "chunks": self.chunks,
+            "release": self.release,
+            "metadata": self.metadata,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Similar:
     """A "more like this" neighbour of a document: dense similarity of the best chunk pair."""
 
@@ -408,6 +441,23 @@ class Similar:
         }
 
 
+API_SOURCE = "api"
+"""The ``source`` of every document written through the HTTP API (no file behind it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedFile:
+    """A file a directory ingest did not load, and why (unsupported type, no text layer,
+    corrupt, too big, not UTF-8 ...)."""
+
+    path: str
+    """Relative to the ingested directory (the id its document would have had)."""
+    reason: str
+
+    def to_dict(self) -> dict[str, JSONValue]:
+        return {"path": self.path, "reason": self.reason}
+
+
 @dataclass(frozen=True, slots=True)
 class IngestReport:
     """What an ingest did, document by document."""
@@ -418,6 +468,15 @@ class IngestReport:
     chunks_written: int
     release: int
     seconds: float
+    skipped: tuple[SkippedFile, ...] = ()
+    """Files of a directory that were not loaded, each with its reason."""
+    removed: tuple[str, ...] = ()
+    """Documents removed because their source file is gone (``prune``)."""
+
+    @property
+    def ingested(self) -> int:
+        """Documents this ingest loaded (added, updated or unchanged)."""
+        return len(self.added) + len(self.updated) + len(self.unchanged)
 
     def to_dict(self) -> dict[str, JSONValue]:
         return {
@@ -427,4 +486,6 @@ class IngestReport:
             "chunks_written": self.chunks_written,
             "release": self.release,
             "seconds": self.seconds,
+            "skipped": [s.to_dict() for s in self.skipped],
+            "removed": list(self.removed),
         }

@@ -137,7 +137,13 @@ def test_bad_file_writes_nothing(
     (corpus / "good.md").write_text("# Good\n\nA good document about ERR-4012.")
     (corpus / name).write_bytes(data)
     index = tmp_path / "idx"
-    code, _, err = run(capsys, "ingest", str(corpus), "--index", str(index), "--no-progress")
+    # named directly, a file that cannot be loaded is an error (in a directory walk it is
+    # skipped instead: test_cli_commands.py)
+    code, _, err = run(
+        capsys,
+        *("ingest", str(corpus / "good.md"), str(corpus / name)),
+        *("--index", str(index), "--no-progress"),
+    )
     assert code == 2 and message in err
     code, out, _ = run(capsys, "stats", "--index", str(index))
     stats = json.loads(out)
@@ -183,7 +189,18 @@ def test_ask_json_cites_and_replays(sample_index: Path, capsys: pytest.CaptureFi
     assert not data["abstained"], data["evidence"]
     assert "ERR-4413" in data["answer"] and "[1]" in data["answer"]
     cited = data["citations"][0]
-    assert set(cited) == {"n", "doc_id", "chunk_id", "title", "url", "why", "spans", "sentences"}
+    assert set(cited) == {
+        "n",
+        "doc_id",
+        "chunk_id",
+        "title",
+        "url",
+        "page",
+        "why",
+        "spans",
+        "sentences",
+    }
+    assert cited["page"] is None, "a markdown source has no pages"
     assert cited["doc_id"].startswith("error-codes")
     assert cited["why"]["trail"] and cited["why"]["legs"]
     code, out, _ = run(capsys, "replay", data["trace_id"], "--index", str(sample_index))

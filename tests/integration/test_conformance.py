@@ -3,13 +3,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from clew.backends.embedded.lexical import BM25Index
 from clew.backends.embedded.store import SQLiteStore
 from clew.backends.embedded.vector import VectorIndex
 from clew.config import DenseConfig
 from clew.ingest.analyze import analyze
-from clew.testing.conformance import check_lexical_search, check_store, check_vector_search
+from clew.testing.conformance import (
+    check_chunk_pages,
+    check_document_listing,
+    check_lexical_search,
+    check_store,
+    check_vector_search,
+)
 
 
 def test_sqlite_store_conformance(tmp_path: Path) -> None:
@@ -44,3 +51,39 @@ def test_vector_index_conformance_exact_and_hnsw() -> None:
     hnsw.add(enumerate(m))
     assert hnsw.hnsw is not None
     check_vector_search(hnsw.search, m)
+
+
+def test_sqlite_document_listing_conformance(tmp_path: Path) -> None:
+    check_document_listing(lambda: SQLiteStore(tmp_path / "s", create=True))
+
+
+def test_sqlite_document_listing_reads_in_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import clew.backends.embedded.store as embedded
+
+    monkeypatch.setattr(embedded, "_LIST_BATCH", 2)  # every listing spans several reads
+    check_document_listing(lambda: SQLiteStore(tmp_path / "s", create=True))
+
+
+def test_sqlite_store_keeps_chunk_pages(tmp_path: Path) -> None:
+    check_chunk_pages(lambda: SQLiteStore(tmp_path / "s", create=True))
+
+
+def test_a_store_made_before_pages_gets_the_column(tmp_path: Path) -> None:
+    """An index written before chunks had pages opens, gains the column, reads page None."""
+    import sqlite3
+
+    from clew.testing.conformance import make_record
+
+    store = SQLiteStore(tmp_path / "s", create=True)
+    store.write([make_record("old.md", ["old chunk"])])
+    store.close()
+    conn = sqlite3.connect(tmp_path / "s" / "clew.sqlite")
+    conn.execute("ALTER TABLE chunks DROP COLUMN page")
+    conn.commit()
+    conn.close()
+    ro = SQLiteStore(tmp_path / "s", read_only=True)
+    assert [r.page for r in ro.fetch([1]).values()] == [None], "read-only: no column, None"
+    ro.close()
+    check_chunk_pages(lambda: SQLiteStore(tmp_path / "s"))

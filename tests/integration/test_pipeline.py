@@ -192,6 +192,7 @@ def test_extractive_answer_cites_its_sources(engine: Engine, tmp_path: Path) -> 
         "chunk_id",
         "title",
         "url",
+        "page",
         "why",
         "spans",
         "sentences",

@@ -5,6 +5,7 @@ spaCy concepts; one uses the real default embedder."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import sys
@@ -193,20 +194,25 @@ def test_load_errors_are_reported_and_the_rest_ingested(tmp_path: Path) -> None:
         assert_same_store(index, tmp_path / "ray")
 
 
-def test_on_error_raise_fails_like_single_process(tmp_path: Path) -> None:
-    """``on_error="raise"``: the single-process rule, the same first error, nothing written."""
+def test_on_error_raise_stops_where_single_process_skips(tmp_path: Path) -> None:
+    """A single-process directory ingest skips (and lists) the files Ray reports as failed;
+    ``on_error="raise"`` stops at the first of them instead, with nothing written."""
     corpus = _corrupt_copy(tmp_path)
     with (
         fake_engine(tmp_path / "single", spacy=False) as a,
         fake_engine(tmp_path / "ray", spacy=False) as b,
     ):
-        with pytest.raises(LoadError) as single:
-            a.ingest([corpus])
-        with pytest.raises(LoadError) as dist:
+        single = a.ingest([corpus])
+        assert [s.path for s in single.skipped] == ["bad.jsonl", "broken.md"]
+        assert "line 2" in single.skipped[0].reason
+        assert "not valid UTF-8" in single.skipped[1].reason
+        with pytest.raises(LoadError, match=r"bad\.jsonl|broken\.md"):
             engine_ingest_ray(b, [corpus], workers=1, on_error="raise")
-        assert str(dist.value) == str(single.value)
         assert b.store.release() == 0
         assert b.store.counts()["documents"] == 0
+        report = engine_ingest_ray(b, [corpus], workers=1)
+        assert sorted(s.path for s in report.skipped) == ["bad.jsonl", "broken.md"]
+        assert set(report.added) == set(single.added)
 
 
 def test_reingest_is_idempotent_and_updates_like_single_process(tmp_path: Path) -> None:
@@ -254,6 +260,15 @@ def test_spec_is_picklable_for_workers() -> None:
     spec = ContextSpec(partial(FakeHashEncoder, 32), ChunkConfig(), ConceptConfig(), "fp")
     ctx = pickle.loads(pickle.dumps(spec)).build()
     assert ctx.encoder.encode(["x"]).shape == (1, 32)
+
+
+def test_a_worker_with_another_model_refuses_to_embed() -> None:
+    """A node whose 'minilm' is another model (int8 without clew[torch]) must not mix vectors."""
+    fp = json.dumps({"embedder": "minilm", "embedder_version": "53aa51172d142c89"})
+    with pytest.raises(ConfigError, match="embedder is version fake-hash/1, the driver's 53aa"):
+        ContextSpec(partial(FakeHashEncoder, 32), ChunkConfig(), ConceptConfig(), fp).build()
+    same = json.dumps({"embedder": "fake", "embedder_version": "fake-hash/1"})
+    assert ContextSpec(partial(FakeHashEncoder, 32), ChunkConfig(), ConceptConfig(), same).build()
 
 
 @pytest.mark.slow

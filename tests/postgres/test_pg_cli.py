@@ -29,6 +29,15 @@ def test_migrate_to_postgres_and_back(
     back = tmp_path / "back"
     assert main(["migrate", "--from", url, "--to", str(back)]) == 0
     assert "counts match: True" in capsys.readouterr().out
+    listed = []
+    for where in (("--index", str(sample_index)), ("--store", url), ("--index", str(back))):
+        assert main(["docs", "list", *where, "--json"]) == 0
+        docs = json.loads(capsys.readouterr().out)
+        listed.append(  # the release that wrote each one differs
+            [(d["id"], d["title"], d["source"], d["chunks"], d["metadata"]) for d in docs]
+        )
+    first, *others = listed
+    assert len(first) == report["documents"] and all(other == first for other in others)
     for query in QUERIES:
         want = search(capsys, "--index", str(sample_index), query=query)
         assert search(capsys, "--store", url, query=query) == want, query

@@ -18,7 +18,12 @@ from clew.backends.postgres.store import PostgresStore, document_time, split_url
 from clew.backends.postgres.writes import defer
 from clew.errors import IndexNotFoundError, StoreError
 from clew.protocols import DocumentRecord
-from clew.testing.conformance import check_store, make_record
+from clew.testing.conformance import (
+    check_chunk_pages,
+    check_document_listing,
+    check_store,
+    make_record,
+)
 from clew.types import Concept, Mention
 
 
@@ -52,6 +57,16 @@ def test_conformance(pg_url: str, pg_schema: str) -> None:
     finally:
         for s in made:
             s.close()
+
+
+def test_document_listing_conformance(pg_url: str, pg_schema: str) -> None:
+    with PostgresStore(pg_url, schema=pg_schema, create=True) as s:
+        check_document_listing(lambda: s)
+
+
+def test_chunk_pages_conformance(pg_url: str, pg_schema: str) -> None:
+    with PostgresStore(pg_url, schema=pg_schema, create=True) as s:
+        check_chunk_pages(lambda: s)
 
 
 def test_connection_settings(pg_url: str, pg_schema: str) -> None:
@@ -95,6 +110,7 @@ def test_older_version_is_migrated_on_open(pg_url: str, pg_schema: str) -> None:
             conn.execute("DROP INDEX documents_source")
             conn.execute("DROP INDEX mentions_concept")
             conn.execute("CREATE INDEX mentions_concept ON mentions(concept_id, ordinal)")
+            conn.execute("ALTER TABLE chunks DROP COLUMN page")
             conn.execute("DELETE FROM clew_migrations WHERE version > 1")
         assert _versions(s) == [1]
     with pytest.raises(StoreError, match="needs migrating"):
@@ -107,6 +123,7 @@ def test_older_version_is_migrated_on_open(pg_url: str, pg_schema: str) -> None:
                 (pg_schema,),
             ).fetchall()
         assert found and s.has_document("a") and s.release() == 1
+        assert [r.page for r in s.fetch([1]).values()] == [None], "migration 4: a page column"
         with s.connection() as conn:
             row = conn.execute(
                 "SELECT indexdef FROM pg_indexes WHERE schemaname = %s "

@@ -314,7 +314,10 @@ LAUGHS = (
         ("empty.html", b"", None),
         ("empty.jsonl", b"", None),
         ("bom-only.md", "\ufeff".encode(), None),
-        ("doc.pdf", b"%PDF-1.7", "unsupported file type '.pdf'"),
+        ("doc.pdf", b"%PDF-1.7", "not a readable PDF (corrupt?)"),
+        ("doc.docx", b"PK\x03\x04junk", "not a readable DOCX file (corrupt?)"),
+        ("doc.pptx", b"not a zip", "not a readable PPTX file (corrupt?)"),
+        ("doc.exe", b"MZ", "unsupported file type '.exe'"),
         ("noext", b"text", "unsupported file type '(none)'"),
     ],
 )
@@ -356,7 +359,7 @@ def test_a_fifo_is_refused_not_read_forever(scratch: Path) -> None:
 def test_html_text_links_and_title(scratch: Path) -> None:
     html = (
         "<html><head><title>T &amp; U</title><style>p{}</style></head><body>"
-        "<h1>Head <b>bold</b></h1><p>a &lt;1&gt; x<y</p><a href='other.html#s'>l</a>"
+        "<h1>Head <b>bold</b></h1><p>a &lt;1&gt; x < y</p><a href='other.html#s'>l</a>"
         '<a href="https://ext">e</a><A HREF=up/Page.htm>p</A><!-- <p>hidden</p> -->'
         "<script>if (a<b) { s = '</div>' }</script>after</body></html>"
     )
@@ -364,7 +367,7 @@ def test_html_text_links_and_title(scratch: Path) -> None:
     assert not isinstance(docs, ClewError)
     (doc,) = docs
     assert doc.title == "T & U"
-    assert doc.text.startswith("# Head bold\n\na <1> x<y")
+    assert doc.text.startswith("# Head bold\n\na <1> x < y")
     assert "hidden" not in doc.text and "</div>" not in doc.text and doc.text.endswith("after")
     assert doc.links == ("other.html#s", "up/Page.htm")
 
@@ -456,10 +459,10 @@ def test_word_windows_read_in_blocks(text: str, budget: int, overlap: int, cost:
         assert len(inside) == 1 or sum(per_word(text[x:y]) for x, y in inside) <= budget
 
 
-def test_a_bad_file_rejects_the_whole_directory_ingest(tmp_path: Path) -> None:
-    """Engine.ingest loads and validates every file before the first write, so a directory with
-    one bad file is rejected whole: nothing of it is written, and what an earlier ingest wrote
-    stays intact and searchable (nothing lost, nothing half-written)."""
+def test_a_bad_file_in_a_directory_is_skipped_and_named(tmp_path: Path) -> None:
+    """A directory ingest leaves out (and lists, with the reason) a file that cannot be loaded
+    and ingests the rest; what an earlier ingest wrote stays intact. Named directly, the same
+    file stops the ingest with nothing written."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "a.md").write_text("# Alpha\n\nERR-4012 alpha notes")
@@ -469,15 +472,20 @@ def test_a_bad_file_rejects_the_whole_directory_ingest(tmp_path: Path) -> None:
         assert set(first.added) == {"a.md", "b.txt"}
         (corpus / "c.md").write_text("# Gamma\n\nERR-4012 gamma notes")
         (corpus / "d.jsonl").write_text('{"_id": "d1", "text": "ok"}\n{"_id": "d2", "text": ')
+        report = engine.ingest([corpus])
+        assert report.added == ("c.md",) and set(report.unchanged) == {"a.md", "b.txt"}
+        (skip,) = report.skipped
+        assert skip.path == "d.jsonl" and skip.reason.startswith("line 2: invalid JSON")
+        assert engine.document("d1") is None, "none of a bad file's documents"
+        release = engine.store.release()
         with pytest.raises(LoadError, match=r"d\.jsonl' line 2: invalid JSON"):
-            engine.ingest([corpus])
-        assert engine.store.release() == first.release
-        assert engine.document("c.md") is None and engine.document("d1") is None
+            engine.ingest([corpus / "d.jsonl"])
+        assert engine.store.release() == release
         hits = engine.search("ERR-4012", k=10).hits
-        assert {h.doc_id for h in hits} == {"a.md", "b.txt"}
+        assert {h.doc_id for h in hits} == {"a.md", "b.txt", "c.md"}
         (corpus / "d.jsonl").write_text('{"_id": "d1", "text": "ok ERR-4012"}\n')
         again = engine.ingest([corpus])
-        assert set(again.added) == {"c.md", "d1"} and set(again.unchanged) == {"a.md", "b.txt"}
+        assert again.added == ("d1",) and again.skipped == ()
 
 
 def test_empty_and_title_only_files_ingest(tmp_path: Path) -> None:

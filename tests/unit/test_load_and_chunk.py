@@ -59,7 +59,8 @@ def test_directory_is_recursive_and_sorted(tmp_path: Path) -> None:
         ("latin.md", "caf\xe9".encode("latin-1"), "not valid UTF-8"),
         ("bad.jsonl", b'{"_id": "1", "text": "ok"}\n{nope\n', "line 2: invalid JSON"),
         ("noid.jsonl", b'{"text": "ok"}\n', "missing or empty '_id'"),
-        ("x.pdf", b"%PDF", "unsupported file type '.pdf'"),
+        ("x.pdf", b"%PDF", r"not a readable PDF \(corrupt\?\)"),
+        ("x.exe", b"MZ", "unsupported file type '.exe'"),
     ],
 )
 def test_bad_files_raise_clear_errors(tmp_path: Path, name: str, data: bytes, message: str) -> None:

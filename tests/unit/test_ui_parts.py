@@ -190,17 +190,23 @@ def test_launch_command_has_no_secret() -> None:
 
 
 def test_launch_passes_the_key_only_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    import subprocess
-
     import clew.serve.ui as ui
 
     seen: dict[str, Any] = {}
 
-    def fake_run(cmd: list[str], *, env: dict[str, str], check: bool) -> Any:
-        seen.update(cmd=cmd, env=env)
-        return subprocess.CompletedProcess(cmd, 3)
+    class FakeStreamlit:
+        """Stands in for the Streamlit child: records how it was started, exits with 3."""
 
-    monkeypatch.setattr(ui.subprocess, "run", fake_run)
+        def __init__(self, cmd: list[str], *, env: dict[str, str]) -> None:
+            seen.update(cmd=cmd, env=env)
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 3
+
+        def poll(self) -> int:
+            return 3
+
+    monkeypatch.setattr(ui.subprocess, "Popen", FakeStreamlit)
     assert ui.launch("http://127.0.0.1:8765", key="s3cret-key", port=8502) == 3
     assert seen["env"]["CLEW_API_URL"] == "http://127.0.0.1:8765"
     assert seen["env"]["CLEW_API_KEY"] == "s3cret-key"

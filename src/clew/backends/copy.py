@@ -124,14 +124,18 @@ def _doc_ids(store: AnyStore) -> list[str]:
 def _records(store: AnyStore, doc_ids: Sequence[str]) -> list[DocumentRecord]:
     if isinstance(store, PostgresStore):
         return store.records(doc_ids)
-    return _sqlite_records(store._conn(), list(dict.fromkeys(doc_ids)))
+    return _sqlite_records(
+        store._conn(), list(dict.fromkeys(doc_ids)), store._page_column("chunks")
+    )
 
 
 def _in(column: str, n: int) -> str:
     return f"{column} IN ({','.join('?' * n)})"
 
 
-def _sqlite_records(conn: sqlite3.Connection, ids: list[str]) -> list[DocumentRecord]:
+def _sqlite_records(
+    conn: sqlite3.Connection, ids: list[str], page: str = "page"
+) -> list[DocumentRecord]:
     """The documents among ``ids`` as full records, read with SQL (SQLiteStore has no such
     read), in the order given."""
     out: dict[str, DocumentRecord] = {}
@@ -152,7 +156,7 @@ def _sqlite_records(conn: sqlite3.Connection, ids: list[str]) -> list[DocumentRe
             links.setdefault(str(doc_id), []).append(str(target))
         chunk_rows = conn.execute(
             "SELECT ordinal, chunk_id, doc_id, seq, text, content_hash, token_count, "
-            "heading_path, start_char, end_char, tokens, vector FROM chunks WHERE "
+            f"heading_path, start_char, end_char, tokens, vector, {page} FROM chunks WHERE "
             + _in("doc_id", len(part))
             + " ORDER BY ordinal",
             part,

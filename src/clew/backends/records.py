@@ -24,8 +24,8 @@ def assemble_records(
 
     ``docs``: (doc_id, title, source, fmt, metadata, doc_hash, text); ``chunk_rows``: (ordinal,
     chunk_id, doc_id, seq, text, content_hash, token_count, heading_path, start, end, tokens,
-    vector) in ordinal order; ``vector`` turns a stored vector into float32, ``decode`` a stored
-    JSON column (metadata, heading path) into Python."""
+    vector[, page]) in ordinal order; ``vector`` turns a stored vector into float32, ``decode``
+    a stored JSON column (metadata, heading path) into Python."""
     chunks_of: dict[str, list[tuple[Any, ...]]] = {}
     for row in chunk_rows:
         chunks_of.setdefault(str(row[2]), []).append(row)
@@ -59,6 +59,7 @@ def assemble_records(
                     heading_path=tuple(decode(r[7])),
                     start=int(r[8]),
                     end=int(r[9]),
+                    page=None if len(r) < 13 or r[12] is None else int(r[12]),
                 )
                 for r in rows
             ),

@@ -56,6 +56,13 @@ class Citation:
     from it (its supporting sentences; empty for a generative answer)."""
     sentences: tuple[str, ...] = ()
     """Those sentences as the answer shows them."""
+    page: int | None = None
+    """The page (1-based) of a paged source (PDF) the cited chunk starts on."""
+
+    @property
+    def where(self) -> str:
+        """The source as a reader cites it: its title, and ``p. N`` for a page of a PDF."""
+        return self.title if self.page is None else f"{self.title}, p. {self.page}"
 
     def to_dict(self) -> dict[str, JSONValue]:
         return {
@@ -64,6 +71,7 @@ class Citation:
             "chunk_id": self.chunk_id,
             "title": self.title,
             "url": self.url,
+            "page": self.page,
             "why": self.why,
             "spans": [[a, b] for a, b in self.spans],
             "sentences": list(self.sentences),

@@ -95,7 +95,15 @@ def respond(
                 for n in used:
                     h = ctx.kept[n - 1]
                     citations.append(
-                        Citation(n, h.doc_id, h.chunk_id, h.title, url_of(h), why(h, (), n))
+                        Citation(
+                            n,
+                            h.doc_id,
+                            h.chunk_id,
+                            h.title,
+                            url_of(h),
+                            why(h, (), n),
+                            page=h.page,
+                        )
                     )
         except Exception as exc:  # endpoint failure: the extractive answer, with the reason
             fallback = f"{type(exc).__name__}: {exc}"
@@ -127,6 +135,7 @@ def respond(
                     why(h, terms[i], where),
                     spans=tuple((x.start, x.end) for x in mine),
                     sentences=tuple(x.text for x in mine),
+                    page=h.page,
                 )
             )
     after = ("assemble", "answer", "generate")  # the stages after retrieval, in sequence

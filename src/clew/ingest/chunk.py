@@ -23,6 +23,7 @@ chunk of its section) holds at most :data:`MAX_HEADING_PATH_CHARS` characters.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import re
@@ -418,6 +419,12 @@ class Chunker:
         text = doc.text
         max_chars = self.limits.max_chunk_chars
         costs = self._count_spans(text, pieces)  # every piece is at most max_chunk_chars long
+        pages = doc.pages
+
+        def page_of(offset: int) -> int | None:
+            """The 1-based page an offset lies on (a paged document), else None."""
+            return bisect.bisect_right(pages, offset) if pages else None
+
         groups: list[tuple[_Span, int]] = []
         cur: _Span | None = None
         cur_cost = 0
@@ -429,6 +436,7 @@ class Chunker:
                 and piece.start >= cur.end
                 and cur_cost + cost + 1 <= budget
                 and piece.end - cur.start <= max_chars
+                and page_of(piece.start) == page_of(cur.start)  # a chunk keeps to one page
             ):
                 cur = _Span(cur.start, piece.end, cur.headings)
                 cur_cost += cost + 1
@@ -454,6 +462,7 @@ class Chunker:
                     heading_path=span.headings,
                     start=span.start,
                     end=span.end,
+                    page=page_of(span.start),
                 )
             )
         if not chunks and doc.title.strip():

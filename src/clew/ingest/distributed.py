@@ -11,9 +11,9 @@ How it runs:
 
 1. **load** (Ray Data, tasks): ``from_items(files)`` → ``flat_map`` with the pipeline's own
    loaders, one task per file. A file that fails to load is reported in
-   :attr:`RayIngestReport.failed` and left out; the other files are ingested
-   (``on_error="raise"`` instead keeps the single-process rule: any bad file stops the run
-   before the first write).
+   :attr:`RayIngestReport.failed` (and ``skipped``) and left out; the other files are
+   ingested, as a single-process directory ingest skips them (``on_error="raise"`` instead
+   stops the run at any bad file, before the first write).
 2. **plan** (driver): documents in file order, a repeated id keeps its last version, unchanged
    documents (same hash as stored) are skipped, the rest is cut into write batches by the same
    rule as the single-process ingest (``IngestContext.batch_chunks``). The plan needs every
@@ -64,7 +64,7 @@ from clew.ingest.pipeline import (
     resolve_entities,
 )
 from clew.protocols import DocumentRecord, Encoder
-from clew.types import Document, IngestReport, JSONValue
+from clew.types import Document, IngestReport, JSONValue, SkippedFile
 
 
 class IngestTarget(Protocol):
@@ -112,10 +112,25 @@ class ContextSpec:
     limits: IngestLimits = field(default_factory=IngestLimits)
 
     def build(self) -> IngestContext:
+        encoder = self.encoder()
+        # a worker resolves the model from its own packages ('minilm' is fp32 or int8): its
+        # vectors must be the driver's, never a mix of two models in one index
+        try:
+            meta = json.loads(self.fingerprint)
+        except ValueError:
+            meta = None
+        wanted = str(meta.get("embedder_version") or "") if isinstance(meta, dict) else ""
+        have = str(getattr(encoder, "version", "") or "")
+        if wanted and have and have != wanted:
+            raise ConfigError(
+                f"this Ray worker's embedder is version {have}, the driver's {wanted}: install "
+                "the same clew extras on every node ('minilm' is fp32 with clew[torch], int8 "
+                "without) or pin the model (minilm-fp32 / minilm-int8)"
+            )
         return ingest_context(
             self.chunk,
             self.limits,
-            self.encoder(),
+            encoder,
             ConceptExtractor(self.concepts, self.limits),
             self.fingerprint,
             self.batch_chunks,
@@ -466,7 +481,8 @@ def _build_and_write(
         chunks_written,
         store.release(),
         time.perf_counter() - started,
-        tuple(failed),
+        skipped=tuple(SkippedFile(f.source, f.error) for f in failed),
+        failed=tuple(failed),
     )
 
 

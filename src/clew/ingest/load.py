@@ -1,8 +1,12 @@
-"""Loaders: ``.md``, ``.txt``, ``.html``/``.htm``, ``.jsonl`` (BEIR corpus layout), directories.
+"""Loaders: markdown, plain text, logs, reStructuredText and source files, HTML, JSONL (BEIR
+corpus layout), PDF, DOCX, PPTX, CSV/TSV (:mod:`clew.ingest.formats`), and directories of them.
 
 Every loader returns :class:`~clew.types.Document` values or raises :class:`LoadError` naming the
-file and the problem (unreadable, binary, invalid UTF-8, malformed line). Nothing is written here:
-the pipeline loads everything first, so a bad file stops the ingest before any write.
+file and the problem (unreadable, binary, invalid UTF-8, malformed line, no text layer, corrupt).
+Nothing is written here: the pipeline loads everything first. A file named directly that cannot
+be loaded stops the ingest before any write; in a directory walk that collects them
+(``skipped``), every file that cannot be loaded, unsupported types included, is listed as a
+:class:`~clew.types.SkippedFile` with its reason and the walk goes on.
 
 Loaders take untrusted files: every pattern here runs in linear time on any input, metadata
 (front matter, JSONL ``metadata``) must be plain JSON values of bounded depth and size, a file
@@ -19,24 +23,69 @@ from __future__ import annotations
 
 import datetime as dt
 import heapq
-import html
 import json
 import logging
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from clew.config import IngestLimits
 from clew.errors import LoadError
 from clew.ingest.chunk import HEADING, heading_text
-from clew.types import Document
+from clew.ingest.formats import (
+    OFFICE_SUFFIXES,
+    TABLE_SUFFIXES,
+    load_csv,
+    load_docx,
+    load_pdf,
+    load_pptx,
+)
+from clew.types import Document, SkippedFile
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_SUFFIXES = (".md", ".markdown", ".txt", ".html", ".htm", ".jsonl")
+MARKDOWN_SUFFIXES = (".md", ".markdown")
+HTML_SUFFIXES = (".html", ".htm", ".xhtml")
+LOG_SUFFIXES = (".log",)
+RST_SUFFIXES = (".rst",)
+SOURCE_SUFFIXES = (
+    ".py", ".pyi", ".js", ".mjs", ".cjs", ".ts", ".tsx", ".jsx", ".go", ".rs", ".java", ".kt",
+    ".kts", ".scala", ".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".cs", ".rb", ".php", ".swift",
+    ".m", ".r", ".jl", ".lua", ".pl", ".sh", ".bash", ".zsh", ".ps1", ".sql", ".proto",
+    ".graphql", ".css", ".scss", ".vue", ".svelte", ".tf", ".hcl", ".yaml", ".yml", ".toml",
+    ".ini", ".cfg", ".conf", ".json", ".xml", ".adoc", ".tex", ".org",
+)  # fmt: skip
+"""Read as text, titled by the file's name (a first line of code is no title)."""
+TEXT_NAMES = frozenset(
+    {"readme", "license", "licence", "changelog", "notice", "authors", "contributing",
+     "makefile", "dockerfile", "containerfile", "justfile", "procfile", "gemfile", "rakefile"}
+)  # fmt: skip
+"""Files without a suffix read as text (case-insensitive)."""
+SUPPORTED_SUFFIXES = (
+    *MARKDOWN_SUFFIXES,
+    ".txt",
+    ".text",
+    *HTML_SUFFIXES,
+    ".jsonl",
+    *OFFICE_SUFFIXES,
+    *TABLE_SUFFIXES,
+    *LOG_SUFFIXES,
+    *RST_SUFFIXES,
+    *SOURCE_SUFFIXES,
+)
+
+
+def is_supported(path: Path) -> bool:
+    """Whether :func:`load_file` reads this file (by its suffix, or its name for README-like
+    files without one)."""
+    suffix = path.suffix.lower()
+    if suffix:
+        return suffix in SUPPORTED_SUFFIXES
+    return path.name.lower() in TEXT_NAMES
+
 
 MAX_METADATA_DEPTH = 32
 """Deepest nesting of lists and mappings allowed in a document's metadata."""
@@ -175,131 +224,114 @@ def _front_matter(raw: str, where: str) -> dict[str, Any]:
     return plain
 
 
-def load_text(path: Path, doc_id: str, limits: IngestLimits | None = None) -> Document:
-    text = read_text(path, _max_bytes(limits)).strip("\n")
+_LOG_LINE = re.compile(
+    r"\s*(?:\[\s*)?(?:\d{4}[-/.]\d{2}[-/.]\d{2}|\d{1,2}:\d{2}:\d{2}|\d{10,13}\b"
+    r"|(?:TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|CRITICAL|FATAL|SEVERE)\b"
+    r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s+\d{1,2}\s+\d{2}:)"
+)
+"""A line that opens like a log record: a timestamp, an epoch time or a level."""
+
+
+def _first_line(text: str) -> str:
     first = _NON_BLANK.search(text)
-    line = ""
-    if first is not None:
-        end = text.find("\n", first.start())
-        line = text[first.start() : end if end >= 0 else len(text)].strip()
-    title = line if 0 < len(line) <= 120 else path.stem
+    if first is None:
+        return ""
+    end = text.find("\n", first.start())
+    return text[first.start() : end if end >= 0 else len(text)].strip()
+
+
+def load_text(path: Path, doc_id: str, limits: IngestLimits | None = None) -> Document:
+    """Plain text. Its title is its first line when that reads as one (at most 120
+    characters, not a log record: a timestamp or level first), else the file's name."""
+    text = read_text(path, _max_bytes(limits)).strip("\n")
+    line = _first_line(text)
+    title = line if 0 < len(line) <= 120 and _LOG_LINE.match(line) is None else path.stem
     return Document(doc_id=doc_id, title=title, text=text, source=str(doc_id), fmt="txt")
+
+
+def load_plain(
+    path: Path, doc_id: str, limits: IngestLimits | None = None, fmt: str = "text"
+) -> Document:
+    """A log or source file: the text as it is, titled by the file's name."""
+    text = read_text(path, _max_bytes(limits)).strip("\n")
+    return Document(doc_id=doc_id, title=path.name, text=text, source=str(doc_id), fmt=fmt)
+
+
+_RST_ADORNMENT = re.compile(r"([=\-~^\"'`#*+:._!$%&,;/<>?@\\|])\1{2,}[ \t]*")
+
+
+def rst_to_markdown(text: str) -> tuple[str, str]:
+    """reStructuredText section titles (a line underlined, or over- and underlined, by a
+    repeated punctuation character at least as long) → markdown headings, levels in the
+    order their styles first appear, as docutils assigns them; (first title, text)."""
+    lines = text.split("\n")
+    out: list[str] = []
+    styles: list[tuple[str, bool]] = []
+    first = ""
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        over = _RST_ADORNMENT.fullmatch(line)
+        if (
+            over
+            and i + 2 < len(lines)
+            and lines[i + 1].strip()
+            and lines[i + 2].rstrip() == line.rstrip()
+            and len(line.rstrip()) >= len(lines[i + 1].strip())
+        ):
+            title, style, step = lines[i + 1].strip(), (over.group(1), True), 3
+        else:
+            under = _RST_ADORNMENT.fullmatch(lines[i + 1]) if i + 1 < len(lines) else None
+            if (
+                under is not None
+                and line.strip()
+                and not line.startswith((" ", "\t"))
+                and _RST_ADORNMENT.fullmatch(line) is None
+                and len(lines[i + 1].rstrip()) >= len(line.strip())
+            ):
+                title, style, step = line.strip(), (under.group(1), False), 2
+            else:
+                out.append(line)
+                i += 1
+                continue
+        if style not in styles:
+            styles.append(style)
+        level = min(6, styles.index(style) + 1)
+        first = first or title
+        if out and out[-1].strip():
+            out.append("")
+        out.extend(["#" * level + " " + title, ""])
+        i += step
+    return first, re.sub(r"\n{3,}", "\n\n", "\n".join(out))
+
+
+def load_rst(path: Path, doc_id: str, limits: IngestLimits | None = None) -> Document:
+    """reStructuredText: section titles become headings (:func:`rst_to_markdown`); the title is
+    the first section title, else the file's name."""
+    title, text = rst_to_markdown(read_text(path, _max_bytes(limits)).strip("\n"))
+    if not title or len(title) > MAX_TITLE_CHARS:
+        title = path.stem
+    return Document(doc_id=doc_id, title=title, text=text, source=str(doc_id), fmt="rst")
 
 
 # -- HTML -----------------------------------------------------------------------------------------
 
-_BLOCKS = frozenset(
-    {
-        "p",
-        "div",
-        "li",
-        "ul",
-        "ol",
-        "br",
-        "tr",
-        "table",
-        "section",
-        "article",
-        "pre",
-        "blockquote",
-        "header",
-        "footer",
-        "dd",
-        "dt",
-    }
-)
-_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
-_SKIP = frozenset({"script", "style", "noscript", "template", "head"})
-_RAW_TEXT = ("script", "style")
-"""Elements whose content is not markup: it runs to the matching end tag."""
-# One token per match: a comment (an unclosed one runs to the end), a start or end tag (its
-# attributes may not hold '<', so a failed attempt stops at the next '<'), a declaration or a
-# processing instruction. Linear on any input, unlike html.parser on Python < 3.13.4, which is
-# quadratic on inputs such as "<a" repeated (CVE-2025-6069).
-_HTML_TOKEN = re.compile(
-    r"<!--.*?(?:-->|\Z)"
-    r"|<(?P<close>/?)(?P<name>[A-Za-z][A-Za-z0-9:_-]*)"
-    r"(?P<attrs>(?:[^<>\"']|\"[^<\"]*\"|'[^<']*')*)>"
-    r"|<[!?][^<>]*>",
-    re.DOTALL,
-)
-_RAW_END = {tag: re.compile(rf"</{tag}[^<>]*>", re.IGNORECASE) for tag in _RAW_TEXT}
-_HREF = re.compile(
-    r"""(?:^|[\s/])href[ \t\n]*=[ \t\n]*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+))""", re.IGNORECASE
-)
-_SPACES = re.compile(r"\s+")
-
-
-def _html_text(source: str) -> tuple[str, str, list[str]]:
-    """HTML → (title, markdown-like text, local link targets): headings become ``#`` lines,
-    blocks become paragraphs, scripts, styles and the head (but its title) are dropped."""
-    parts: list[str] = []
-    title: list[str] = []
-    links: list[str] = []
-    skip = 0
-    in_title = False
-    pos = 0
-    while True:
-        m = _HTML_TOKEN.search(source, pos)
-        data = source[pos : m.start() if m else len(source)]
-        if data:
-            text = html.unescape(data)
-            if in_title:
-                title.append(text)
-            elif not skip:
-                parts.append(_SPACES.sub(" ", text))
-        if m is None:
-            break
-        pos = m.end()
-        name = m.group("name")
-        if name is None:
-            continue  # comment, declaration, processing instruction
-        tag = name.lower()
-        if not m.group("close"):
-            if tag in _RAW_TEXT:
-                end = _RAW_END[tag].search(source, pos)
-                pos = end.end() if end else len(source)
-                continue
-            if tag in _SKIP:
-                skip += 1
-            if tag == "title":
-                in_title = True
-            elif tag in _HEADINGS:
-                parts.append("\n\n" + "#" * int(tag[1]) + " ")
-            elif tag in _BLOCKS:
-                parts.append("\n\n")
-            elif tag == "a":
-                href = _HREF.search(m.group("attrs"))
-                target = (
-                    html.unescape(next(g for g in href.groups() if g is not None)) if href else ""
-                )
-                if target and not _is_external(target) and not target.startswith("#"):
-                    links.append(target)
-        else:
-            if tag in _SKIP and skip:
-                skip -= 1
-            if tag == "title":
-                in_title = False
-            elif tag in _HEADINGS or tag in _BLOCKS:
-                parts.append("\n\n")
-    return "".join(title), "".join(parts), links
-
 
 def load_html(path: Path, doc_id: str, limits: IngestLimits | None = None) -> Document:
-    raw_title, text, links = _html_text(read_text(path, _max_bytes(limits)))
-    # blanks around line breaks go, line by line: the regex [ \t]*\n[ \t]* is quadratic on a
-    # long run of blanks without a line break (" <b>" repeated)
-    body = "\n".join(line.strip(" \t") for line in text.split("\n"))
-    body = re.sub(r"\n{3,}", "\n\n", body).strip()
-    title = raw_title.strip()
+    """A web page's main content (:mod:`clew.ingest.webpage`): navigation, header, footer and
+    sidebars dropped, tables as ``header: value`` rows."""
+    from clew.ingest.webpage import parse_page
+
+    page = parse_page(read_text(path, _max_bytes(limits)))
+    title = page.title
     if not title or len(title) > MAX_TITLE_CHARS:
-        title = _first_heading(body) or path.stem
+        title = _first_heading(page.text) or path.stem
     return Document(
         doc_id=doc_id,
         title=title,
-        text=body,
+        text=page.text,
         source=str(doc_id),
-        links=_dedup(tuple(links)),
+        links=_dedup(page.links),
         fmt="html",
     )
 
@@ -481,32 +513,44 @@ def _short(value: Any, limit: int = 40) -> str:
 # -- files and directories ------------------------------------------------------------------------
 
 
-def directory_files(directory: Path, *, follow_symlinks: bool = False) -> list[Path]:
-    """The files :func:`load_path` reads from a directory: recursively, supported suffixes
-    only, no dot-files or dot-directories, sorted (a document's id is its relative path).
+def directory_files(
+    directory: Path, *, follow_symlinks: bool = False, skipped: list[SkippedFile] | None = None
+) -> list[Path]:
+    """The files :func:`load_path` reads from a directory: recursively, supported types only
+    (:func:`is_supported`), no dot-files or dot-directories, sorted (a document's id is its
+    relative path). With ``skipped``, every other file met (an unsupported type, a symlink out
+    of the directory, a broken one) is appended to it with the reason.
 
     Symlinks inside the root are followed; one whose target lies outside it is skipped with a
     warning unless ``follow_symlinks``. Every real file is listed once: under its own path when
     the walk reaches it without a link, else under the first link that reaches it (links are
     taken in sorted order, after every directory reached without one). A directory is walked
-    once, so a symlink loop (a link to an ancestor) ends with a warning."""
+    once, so a symlink loop ends with a warning."""
     root = Path(directory)
     root_real = Path(os.path.realpath(root))
     walked: set[Path] = {root_real}
     chosen: dict[Path, Path] = {}  # real file -> the path it is listed under
     links: list[tuple[Path, Path]] = []  # (link, the real directory above it), walked last
     real_dirs: list[tuple[Path, Path]] = [(root, root_real)]
+
+    def skip(path: Path, reason: str) -> None:
+        if skipped is not None:
+            skipped.append(SkippedFile(path.relative_to(root).as_posix(), reason))
+
     while real_dirs or links:
         if not real_dirs:  # every directory reached without a link is done: now the links
             link, parent = heapq.heappop(links)
-            target = _link_target(link, parent, root, root_real, walked, follow_symlinks)
+            target = _link_target(link, parent, root, root_real, walked, follow_symlinks, skip)
             if target is None:
                 continue
             if target.is_dir():
                 walked.add(target)
                 real_dirs.append((link, target))
-            elif target.is_file() and link.suffix.lower() in SUPPORTED_SUFFIXES:
-                chosen.setdefault(target, link)
+            elif target.is_file():
+                if is_supported(link):
+                    chosen.setdefault(target, link)
+                else:
+                    skip(link, _unsupported(link))
             continue
         where, real = real_dirs.pop()
         try:
@@ -514,6 +558,8 @@ def directory_files(directory: Path, *, follow_symlinks: bool = False) -> list[P
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
             logger.warning("skipping directory %r: %s", str(where), exc.strerror or exc)
+            if where != root:
+                skip(where, f"cannot read the directory: {exc.strerror or exc}")
             continue
         for entry in entries:
             if entry.name.startswith("."):
@@ -525,27 +571,46 @@ def directory_files(directory: Path, *, follow_symlinks: bool = False) -> list[P
                 elif entry.is_dir(follow_symlinks=False):
                     walked.add(real / entry.name)
                     real_dirs.append((path, real / entry.name))
-                elif (
-                    entry.is_file(follow_symlinks=False)
-                    and path.suffix.lower() in SUPPORTED_SUFFIXES
-                ):
-                    chosen.setdefault(real / entry.name, path)
+                elif entry.is_file(follow_symlinks=False):
+                    if is_supported(path):
+                        chosen.setdefault(real / entry.name, path)
+                    else:
+                        skip(path, _unsupported(path))
+                else:
+                    skip(path, "not a regular file (a device, socket or pipe)")
             except OSError as exc:
                 logger.warning("skipping %r: %s", str(path), exc.strerror or exc)
+                skip(path, f"cannot read it: {exc.strerror or exc}")
+    if skipped is not None:
+        skipped.sort(key=lambda s: s.path)
     return sorted(chosen.values())
 
 
+def _unsupported(path: Path) -> str:
+    suffix = path.suffix.lower()
+    return f"unsupported file type {suffix!r}" if suffix else "unsupported file type (no suffix)"
+
+
 def _link_target(
-    link: Path, parent: Path, root: Path, root_real: Path, walked: set[Path], follow: bool
+    link: Path,
+    parent: Path,
+    root: Path,
+    root_real: Path,
+    walked: set[Path],
+    follow: bool,
+    skip: Callable[[Path, str], None],
 ) -> Path | None:
-    """Where a symlink met in the walk leads, or None (with a log line) when it is skipped."""
+    """Where a symlink met in the walk leads, or None (with a log line, and ``skip`` told why)
+    when it is skipped."""
     try:
         target = Path(os.path.realpath(parent / link.name, strict=True))
     except FileNotFoundError:
         logger.warning("skipping %r: a broken symlink", str(link))
+        skip(link, "a broken symlink")
         return None
     except OSError as exc:  # ELOOP: links that lead to each other
         logger.warning("skipping %r: %s", str(link), exc.strerror or exc)
+        skip(link, f"a symlink that cannot be followed: {exc.strerror or exc}")
         return None
     if not follow and not target.is_relative_to(root_real):
         logger.warning(
@@ -554,6 +619,7 @@ def _link_target(
             str(target),
             str(root),
         )
+        skip(link, "a symlink to outside the directory (allowed with --follow-symlinks)")
         return None
     if target.is_dir() and target in walked:
         if (parent / link.name).is_relative_to(target):
@@ -571,17 +637,35 @@ def load_path(
     *,
     limits: IngestLimits | None = None,
     follow_symlinks: bool = False,
+    skipped: list[SkippedFile] | None = None,
 ) -> Iterator[Document]:
-    """Load a file or a directory (recursively, supported suffixes only, sorted, no dot-files,
+    """Load a file or a directory (recursively, supported types only, sorted, no dot-files,
     symlinks out of the directory skipped unless ``follow_symlinks``: :func:`directory_files`).
 
-    A file given directly is read even when it is a symlink: naming it is the caller's choice."""
+    ``skipped``: when given, a directory's files that cannot be loaded (an unsupported type, no
+    text layer, corrupt, too big, not UTF-8 ...) are appended to it, each with its reason, and
+    the walk goes on; without it the first such file raises its :class:`LoadError` (files of an
+    unsupported type are passed over either way). A file given directly always raises, and is
+    read even when it is a symlink: naming it is the caller's choice."""
     p = Path(path)
     if not p.exists():
         raise LoadError(f"no such file or directory: {str(p)!r}")
     if p.is_dir():
-        for f in directory_files(p, follow_symlinks=follow_symlinks):
-            yield from load_file(f, f.relative_to(p).as_posix(), limits)
+        for f in directory_files(p, follow_symlinks=follow_symlinks, skipped=skipped):
+            doc_id = f.relative_to(p).as_posix()
+            if skipped is None:
+                yield from load_file(f, doc_id, limits)
+                continue
+            try:
+                docs = list(load_file(f, doc_id, limits))
+            except LoadError as exc:
+                reason = skip_reason(exc, f)
+                skipped.append(SkippedFile(doc_id, reason))
+                logger.warning("skipping %r: %s", str(f), reason)
+                continue
+            yield from docs
+        if skipped is not None:
+            skipped.sort(key=lambda s: s.path)
     elif not p.is_file():
         raise LoadError(
             f"{str(p)!r} is not a regular file (a device, socket or pipe); allowed: files and "
@@ -591,20 +675,48 @@ def load_path(
         yield from load_file(p, p.name, limits)
 
 
+def skip_reason(exc: LoadError, path: Path) -> str:
+    """A loader's error as the reason a file was skipped: without the path (the report names
+    the file)."""
+    message = str(exc)
+    quoted = repr(str(path))
+    for prefix in (f"{quoted}: ", f"{quoted} "):
+        if message.startswith(prefix):
+            return message[len(prefix) :]
+    return message.replace(quoted, "the file")
+
+
 def load_file(path: Path, doc_id: str, limits: IngestLimits | None = None) -> Iterator[Document]:
+    """One file's documents, by its type (:data:`SUPPORTED_SUFFIXES`); a :class:`LoadError`
+    for an unsupported one."""
     suffix = path.suffix.lower()
-    if suffix in (".md", ".markdown"):
+    if suffix in MARKDOWN_SUFFIXES:
         yield load_markdown(path, doc_id, limits)
-    elif suffix == ".txt":
+    elif suffix in (".txt", ".text"):
         yield load_text(path, doc_id, limits)
-    elif suffix in (".html", ".htm"):
+    elif suffix in HTML_SUFFIXES:
         yield load_html(path, doc_id, limits)
     elif suffix == ".jsonl":
         yield from load_jsonl(path, limits)
+    elif suffix == ".pdf":
+        yield load_pdf(path, doc_id, limits)
+    elif suffix == ".docx":
+        yield load_docx(path, doc_id, limits)
+    elif suffix == ".pptx":
+        yield load_pptx(path, doc_id, limits)
+    elif suffix in TABLE_SUFFIXES:
+        yield load_csv(path, doc_id, read_text(path, _max_bytes(limits)), limits)
+    elif suffix in LOG_SUFFIXES:
+        yield load_plain(path, doc_id, limits, fmt="log")
+    elif suffix in RST_SUFFIXES:
+        yield load_rst(path, doc_id, limits)
+    elif suffix in SOURCE_SUFFIXES or (not suffix and path.name.lower() in TEXT_NAMES):
+        yield load_plain(path, doc_id, limits, fmt="code" if suffix else "text")
     else:
         raise LoadError(
-            f"unsupported file type {suffix or '(none)'!r} for {str(path)!r}; "
-            f"allowed: {', '.join(SUPPORTED_SUFFIXES)}"
+            f"unsupported file type {suffix or '(none)'!r} for {str(path)!r}; allowed: "
+            f"{', '.join(s for s in SUPPORTED_SUFFIXES if s not in SOURCE_SUFFIXES)}, source "
+            "and config files (.py, .js, .go, .yaml ...) and README-like files"
         )
 
 

@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from clew.config import ChunkConfig, IngestLimits
-from clew.errors import ConfigError
+from clew.errors import ConfigError, LoadError
 from clew.ingest.analyze import analyze, concept_key
 from clew.ingest.chunk import Chunker, embedding_text
 from clew.ingest.concepts import ConceptExtractor
 from clew.links import CONCEPT_PREFIX, split_link
 from clew.protocols import DocumentRecord, Encoder, Writer, encode_documents
-from clew.types import Concept, Document, IngestReport, Mention
+from clew.types import Concept, Document, IngestReport, Mention, SkippedFile
 
 IngestWriter = Writer
 """What an ingest needs of the store (:class:`clew.protocols.Writer`)."""
@@ -43,8 +43,18 @@ class IngestContext:
 
 
 def document_hash(doc: Document, fingerprint: str) -> str:
+    fields: list[object] = [
+        doc.title,
+        doc.text,
+        doc.metadata,
+        list(doc.links),
+        doc.fmt,
+        fingerprint,
+    ]
+    if doc.pages:  # a paged document's chunks record their pages (older hashes stay valid)
+        fields.append(list(doc.pages))
     payload = json.dumps(
-        [doc.title, doc.text, doc.metadata, list(doc.links), doc.fmt, fingerprint],
+        fields,
         ensure_ascii=False,
         sort_keys=True,
         default=str,
@@ -93,8 +103,17 @@ def build_records(docs: Sequence[Document], ctx: IngestContext) -> list[Document
 
 
 def ingest(
-    docs: Iterable[Document], store: IngestWriter, ctx: IngestContext, *, progress: bool = False
+    docs: Iterable[Document],
+    store: IngestWriter,
+    ctx: IngestContext,
+    *,
+    progress: bool = False,
+    skippable: frozenset[str] = frozenset(),
 ) -> IngestReport:
+    """Write the documents that changed (batches of about ``ctx.batch_chunks`` chunks, one
+    transaction each). ``skippable``: ids of documents (a directory's files) that are left out
+    and listed in the report's ``skipped`` when they cannot be chunked (too many chunks),
+    instead of stopping the ingest."""
     started = time.perf_counter()
     latest: dict[str, Document] = {}
     for d in docs:  # loads (and validates) everything before the first write
@@ -117,6 +136,7 @@ def ingest(
         from tqdm import tqdm
 
         bar = tqdm(total=len(todo), unit="doc", desc="ingest", dynamic_ncols=True)
+    skipped: list[_Unchunkable] = []
     try:
         batch: list[Document] = []
         size = 0
@@ -124,25 +144,63 @@ def ingest(
             batch.append(d)
             size += 1 + len(d.text) // 1000
             if size >= ctx.batch_chunks:
-                chunks_written += _flush(batch, store, ctx, bar)
+                chunks_written += _flush(batch, store, ctx, bar, skippable, skipped)
                 batch, size = [], 0
         if batch:
-            chunks_written += _flush(batch, store, ctx, bar)
+            chunks_written += _flush(batch, store, ctx, bar, skippable, skipped)
     finally:
         if bar is not None:
             bar.close()
+    left_out = {s.doc_id for s in skipped}
     return IngestReport(
-        tuple(added),
-        tuple(updated),
+        tuple(d for d in added if d not in left_out),
+        tuple(d for d in updated if d not in left_out),
         tuple(unchanged),
         chunks_written,
         store.release(),
         time.perf_counter() - started,
+        skipped=tuple(SkippedFile(s.path, s.reason) for s in skipped),
     )
 
 
-def _flush(batch: list[Document], store: IngestWriter, ctx: IngestContext, bar: object) -> int:
-    records = resolve_entities(build_records(batch, ctx), store.concept_kinds)
+@dataclass(frozen=True, slots=True)
+class _Unchunkable:
+    doc_id: str
+    path: str
+    reason: str
+
+
+def _flush(
+    batch: list[Document],
+    store: IngestWriter,
+    ctx: IngestContext,
+    bar: object,
+    skippable: frozenset[str] = frozenset(),
+    skipped: list[_Unchunkable] | None = None,
+) -> int:
+    try:
+        built = build_records(batch, ctx)
+    except LoadError:
+        # which of the batch cannot be chunked: only those the caller may skip are left out
+        bad: dict[str, str] = {}
+        for d in batch:
+            if d.doc_id in skippable:
+                try:
+                    ctx.chunker.chunk(d)
+                except LoadError as exc:
+                    bad[d.doc_id] = str(exc)
+        if not bad or skipped is None:
+            raise
+        for d in batch:
+            if d.doc_id in bad:
+                skipped.append(_Unchunkable(d.doc_id, d.source, bad[d.doc_id]))
+        batch = [d for d in batch if d.doc_id not in bad]
+        if bar is not None:
+            bar.update(len(bad))  # type: ignore[attr-defined]
+        if not batch:
+            return 0
+        built = build_records(batch, ctx)
+    records = resolve_entities(built, store.concept_kinds)
     store.write(records)
     n = sum(len(r.chunks) for r in records)
     if bar is not None:
@@ -220,16 +278,48 @@ def resolve_entities(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """What :func:`load_sources` read: the documents, the directories' files it skipped (with
+    their reasons), and whether every source was a directory (what ``prune`` mirrors)."""
+
+    documents: list[Document]
+    skipped: tuple[SkippedFile, ...] = ()
+    directories_only: bool = False
+    from_directories: frozenset[str] = frozenset()
+    """Ids of the documents read from a directory (skipped, not fatal, if they cannot be
+    chunked)."""
+
+
 def load_sources(
-    sources: Iterable[str | Path] | Sequence[Document], limits: IngestLimits
-) -> Iterable[Document]:
-    """Documents as given, or loaded from files and directories (within ``limits``)."""
+    sources: Iterable[str | Path | Document] | Sequence[Document], limits: IngestLimits
+) -> Loaded:
+    """Documents as given, or loaded from files and directories (within ``limits``): a
+    directory's files that cannot be loaded are skipped and listed; a file named directly that
+    cannot be loaded raises (nothing is written)."""
     from clew.ingest.load import load_path
 
     items = list(sources)
-    if all(isinstance(s, Document) for s in items):
-        return items  # type: ignore[return-value]
-    return [d for s in items for d in load_path(s, limits=limits)]  # type: ignore[arg-type]
+    docs: list[Document] = []
+    skipped: list[SkippedFile] = []
+    in_dirs: set[str] = set()
+    directories = bool(items)
+    for item in items:
+        if isinstance(item, Document):
+            docs.append(item)
+            directories = False
+            continue
+        path = Path(item)
+        if path.is_dir():
+            found: list[SkippedFile] = []
+            walked = list(load_path(path, limits=limits, skipped=found))
+            docs.extend(walked)
+            skipped.extend(found)
+            in_dirs.update(d.doc_id for d in walked)
+        else:
+            directories = False
+            docs.extend(load_path(path, limits=limits))
+    return Loaded(docs, tuple(skipped), directories, frozenset(in_dirs))
 
 
 def ingest_context(

@@ -230,6 +230,7 @@ def to_hit(
         duplicates=tuple(keys[o][0] for o in f.duplicates),
         expansion=f.expansion,
         rerank=note,
+        page=row.page,
     )
 
 

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -40,6 +40,7 @@ from clew.errors import (
     FilterError,
     IndexNotFoundError,
     LLMError,
+    LoadError,
     ModelError,
     QueryError,
     StoreError,
@@ -48,9 +49,12 @@ from clew.eval.gate import check_gates, load_gates
 from clew.memory import RESERVED_KEYS
 from clew.serve.auth import ANONYMOUS, KeyStore, Principal, WriteRefused
 from clew.serve.body import BodyLimit
+from clew.serve.docs import install_docs
 from clew.serve.dto import (
+    MAX_PAGE,
     AskRequest,
     DeleteResponse,
+    DocumentList,
     DocumentsRequest,
     Forgotten,
     GateResponse,
@@ -66,6 +70,7 @@ from clew.serve.dto import (
 from clew.serve.jobs import FOREIGN_ID, JobManager, ProcessWriter, foreign_ids
 from clew.serve.metrics import CONTENT_TYPE, Metrics
 from clew.serve.settings import ServeSettings
+from clew.serve.upload import uploaded_document
 from clew.types import Document
 
 __all__ = ["ServiceState", "create_app"]
@@ -139,7 +144,9 @@ class ServiceState:
     metrics: Metrics
     limiter: anyio.CapacityLimiter
     owns_engine: bool
-    keys_mtime: float = 0.0
+    keys_version: tuple[int, int, int] = (0, 0, 0)
+    """The keys file as last read: (mtime in ns, inode, size). `clew keys` replaces the file,
+    so a new inode shows a change even within one tick of a coarse mtime clock."""
     readers: ReadTracker | None = None
     first_read: FirstReadAlone | None = None
 
@@ -153,13 +160,13 @@ class ServiceState:
         path = self.settings.keys
         if path is not None:
             try:
-                mtime = path.stat().st_mtime
+                version = _file_version(path)
             except OSError:
-                mtime = self.keys_mtime
-            if mtime != self.keys_mtime:
+                version = self.keys_version
+            if version != self.keys_version:
                 try:
                     self.keys = KeyStore.load(path)
-                    self.keys_mtime = mtime
+                    self.keys_version = version
                 except ClewError:
                     log.exception("keys file changed but cannot be read; keeping the old keys")
         return None if self.keys is None else self.keys.authenticate(key)
@@ -192,6 +199,11 @@ class ServiceState:
             if readers is not None:
                 readers.in_flight -= 1
                 readers.last_end = time.monotonic()
+
+
+def _file_version(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return (st.st_mtime_ns, st.st_ino, st.st_size)
 
 
 def _field_error(loc: list[str | int], message: str, status: int = 422) -> JSONResponse:
@@ -233,6 +245,11 @@ def _located(exc: QueryError) -> RequestValidationError:
     return RequestValidationError([{"loc": tuple(loc), "msg": message, "type": "value_error"}])
 
 
+def _invalid(loc: tuple[str | int, ...], message: str) -> RequestValidationError:
+    """A 422 for the request field at ``loc`` (FastAPI's shape)."""
+    return RequestValidationError([{"loc": loc, "msg": message, "type": "value_error"}])
+
+
 def _refused(exc: WriteRefused) -> HTTPException:
     return HTTPException(403, str(exc))
 
@@ -245,6 +262,8 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
     if engine is None:
         # jobs are the one writer here; another process writing the index may hold it a while
         engine = Engine(settings.index, config, write_timeout=settings.request_timeout_s)
+    # the version first: a change while the file is being read is seen by the next request
+    keys_version = _file_version(settings.keys) if settings.keys else (0, 0, 0)
     keys = None if settings.no_auth or settings.keys is None else KeyStore.load(settings.keys)
     metrics = Metrics()
     readers = ReadTracker()
@@ -273,7 +292,7 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
         metrics=metrics,
         limiter=anyio.CapacityLimiter(settings.threads),
         owns_engine=owns,
-        keys_mtime=settings.keys.stat().st_mtime if settings.keys else 0.0,
+        keys_version=keys_version,
         readers=readers,
         first_read=FirstReadAlone(engine.store.release),
     )
@@ -289,8 +308,11 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
         description="Explainable hybrid retrieval: search, answers with citations, documents, "
         "traces and evaluation gates. Authenticate with `Authorization: Bearer <key>`.",
         lifespan=lifespan,
+        docs_url=None,  # served from the installed Swagger UI files: clew.serve.docs
+        redoc_url=None,  # ReDoc would load from a CDN, and there is no local copy of it
     )
     app.state.clew = state
+    install_docs(app)
     _install_middleware(app, state)
     _install_errors(app)
     _install_routes(app, state)
@@ -540,38 +562,40 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
                         }
                     ]
                 )
-        for i, d in enumerate(body.documents):
-            reserved = sorted(set(d.metadata) & set(RESERVED_KEYS))
-            if reserved:
-                raise RequestValidationError(
-                    [
-                        {
-                            "loc": ("body", "documents", i, "metadata", reserved[0]),
-                            "msg": f"metadata key {reserved[0]!r} is reserved for memories; "
-                            f"allowed: any key except {', '.join(RESERVED_KEYS)} (store a "
-                            "memory with POST /memories)",
-                            "type": "value_error",
-                        }
-                    ]
-                )
         stamp = caller.stamp()
         access = state.access_fields()
-        docs = []
-        for d in body.documents:
-            doc = Document(
-                doc_id=d.id,
-                title=d.title or d.id,
-                text=d.text,
-                source="api",
-                metadata={**d.metadata, **stamp},
-                links=tuple(d.links),
-            )
-            try:
-                caller.check_write(d.metadata, access)
-                caller.check_visible(doc.metadata)
-            except WriteRefused as exc:
-                raise HTTPException(403, f"document {d.id!r}: {exc}") from None
-            docs.append(doc)
+
+        def build() -> list[Document]:
+            """The documents to write (front matter read), checked against the caller's rights."""
+            out = []
+            for i, d in enumerate(body.documents):
+                try:
+                    doc = uploaded_document(
+                        d.id, d.text, title=d.title, metadata=d.metadata, links=d.links
+                    )
+                except LoadError as exc:
+                    raise _invalid(("body", "documents", i, "text"), str(exc)) from None
+                reserved = sorted(set(doc.metadata) & set(RESERVED_KEYS))
+                if reserved:
+                    key = reserved[0]
+                    in_request = key in d.metadata
+                    raise _invalid(
+                        ("body", "documents", i, *(("metadata", key) if in_request else ("text",))),
+                        f"metadata key {key!r}{'' if in_request else ' (front matter)'} is "
+                        f"reserved for memories; allowed: any key except "
+                        f"{', '.join(RESERVED_KEYS)} (store a memory with POST /memories)",
+                    )
+                user = dict(doc.metadata)  # the request's and the front matter's fields
+                doc = replace(doc, metadata={**user, **stamp})
+                try:
+                    caller.check_write(user, access)
+                    caller.check_visible(doc.metadata)
+                except WriteRefused as exc:
+                    raise HTTPException(403, f"document {d.id!r}: {exc}") from None
+                out.append(doc)
+            return out
+
+        docs = await state.call(build, read=False)
         scope = caller.scope
         if scope is not None:
             foreign = await state.call(
@@ -695,6 +719,30 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
         if snap is None:
             raise HTTPException(404, f"no job {job_id!r} (finished jobs are kept for a while)")
         return snap
+
+    @app.get(
+        "/documents",
+        tags=["documents"],
+        response_model=DocumentList,
+        summary="List the documents the key can see (id order, paged)",
+    )
+    async def list_documents(
+        caller: Caller,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="documents per page")] = 100,
+        after: Annotated[
+            str | None,
+            Query(max_length=512, description="the `next` of the previous page (exclusive)"),
+        ] = None,
+    ) -> Any:
+        found = await state.call(
+            lambda: engine.documents(scope=caller.scope, after=after, limit=limit + 1)
+        )
+        page = found[:limit]
+        more = len(found) > limit
+        return {
+            "documents": [d.to_dict() for d in page],
+            "next": page[-1].doc_id if more else None,
+        }
 
     @app.get(
         "/documents/{doc_id:path}/similar",

@@ -327,17 +327,42 @@ class KeyStore:
             entry["metrics"] = True
         data.setdefault("keys", []).append(entry)
         KeyStore.parse(data, where=str(p))  # names unique, fields valid
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".keys-", suffix=".yaml")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                yaml.safe_dump(data, f, sort_keys=False)
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        _write_keys(p, data)
         return key, Principal(name, normalized, admin, metrics)
+
+    @staticmethod
+    def revoke(path: str | Path, name: str) -> Principal:
+        """Remove the key called ``name`` from the keys file (written atomically); returns the
+        principal it was. A running service re-reads the file when it changes, so the key stops
+        authenticating there without a restart. An unknown name is a ConfigError listing the
+        names there are."""
+        p = Path(path)
+        store = KeyStore.load(p)  # a missing or invalid file is an error, as for `keys list`
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {"keys": []}
+        names = [entry_name for entry_name, _ in store.principals()]
+        if name not in names:
+            shown = ", ".join(repr(n) for n in names) or "(none)"
+            raise ConfigError(f"no key named {name!r} in {str(p)!r}; the keys there: {shown}")
+        revoked = dict(store.principals())[name]
+        data["keys"] = [k for k in data.get("keys") or [] if k.get("name") != name]
+        KeyStore.parse(data, where=str(p))
+        _write_keys(p, data)
+        return revoked
+
+
+def _write_keys(path: Path, data: Mapping[str, Any]) -> None:
+    """Write a keys file atomically (a temporary file renamed over it), readable by its owner
+    only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".keys-", suffix=".yaml")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yaml.safe_dump(dict(data), f, sort_keys=False)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _scope(value: Any, where: str) -> dict[str, Any] | None:

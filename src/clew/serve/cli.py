@@ -16,6 +16,7 @@ import httpx
 from pydantic import ValidationError
 
 from clew.errors import ConfigError
+from clew.serve.children import stop_child, stop_on_signals
 
 __all__ = ["run_service_command", "settings_from"]
 
@@ -94,42 +95,46 @@ def _free_port(host: str) -> int:
 
 
 def _ui(args: argparse.Namespace) -> int:
+    """``clew ui``: the UI for a running API (``--api``), or for ``--index`` with a loopback
+    ``clew serve`` of its own. SIGTERM and SIGHUP (and Ctrl-C) stop the children it started,
+    waiting for them to exit, before it exits itself (status 128 + the signal's number)."""
     from clew.serve.ui import launch
 
     key = os.environ.get("CLEW_API_KEY")
-    if args.api:
-        return launch(args.api, key=key, port=args.port, host=args.host)
-    if not args.index:
-        raise ConfigError("give --api URL (a running `clew serve`) or --index DIR to serve one")
-    port = _free_port("127.0.0.1")
-    cmd = [
-        sys.executable,
-        "-m",
-        "clew",
-        "serve",
-        "--store" if str(args.index).startswith(("postgresql://", "postgres://")) else "--index",
-        args.index,
-        "--no-auth",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
-    if args.eval_results:
-        cmd += ["--eval-results", args.eval_results]
-    if args.gates:
-        cmd += ["--gates", args.gates]
-    server = subprocess.Popen(cmd)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, server, timeout=120)
-        return launch(url, key=None, port=args.port, host=args.host)
-    finally:
-        server.terminate()
+    with stop_on_signals():
+        if args.api:
+            return launch(args.api, key=key, port=args.port, host=args.host)
+        if not args.index:
+            raise ConfigError("give --api URL (a running `clew serve`) or --index DIR to serve one")
+        port = _free_port("127.0.0.1")
+        cmd = [
+            sys.executable,
+            "-m",
+            "clew",
+            "serve",
+            "--store"
+            if str(args.index).startswith(("postgresql://", "postgres://"))
+            else "--index",
+            args.index,
+            "--no-auth",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ]
+        if args.eval_results:
+            cmd += ["--eval-results", args.eval_results]
+        if args.gates:
+            cmd += ["--gates", args.gates]
+        server: subprocess.Popen[bytes] | None = None
+        url = f"http://127.0.0.1:{port}"
         try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
+            server = subprocess.Popen(cmd)
+            _wait_healthy(url, server, timeout=120)
+            return launch(url, key=None, port=args.port, host=args.host)
+        finally:
+            if server is not None:
+                stop_child(server)
 
 
 def _wait_healthy(url: str, server: subprocess.Popen[bytes], timeout: float) -> None:
@@ -162,6 +167,14 @@ def _keys(args: argparse.Namespace) -> int:
             f"added key {principal.name!r} (scope {json.dumps(principal.scope)}, "
             f"admin {str(principal.admin).lower()}, metrics {str(principal.metrics).lower()}) "
             f"to {args.file}; the key is shown only now",
+            file=sys.stderr,
+        )
+        return 0
+    if args.keys_command == "revoke":
+        revoked = KeyStore.revoke(Path(args.file), args.name)
+        print(
+            f"revoked key {args.name!r} (scope {json.dumps(revoked.scope)}, admin "
+            f"{str(revoked.admin).lower()}) in {args.file}; it no longer authenticates",
             file=sys.stderr,
         )
         return 0

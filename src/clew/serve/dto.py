@@ -16,7 +16,9 @@ __all__ = [
     "AskRequest",
     "DeleteResponse",
     "DocumentIn",
+    "DocumentList",
     "DocumentStatus",
+    "DocumentSummaryOut",
     "DocumentsRequest",
     "GateResponse",
     "HealthResponse",
@@ -30,6 +32,8 @@ MAX_QUERY_CHARS = 2_000
 MAX_K = 100
 MAX_FILTER_DEPTH = 16
 MAX_FILTER_NODES = 1_000
+MAX_PAGE = 1_000
+"""Most documents one page of ``GET /documents`` lists."""
 
 # spelled out for the OpenAPI schema and the type checker; a test keeps them equal to the engine's
 Preset = Literal["default", "dense", "fixed", "graph", "hybrid", "lexical", "rules"]
@@ -148,7 +152,13 @@ class Forgotten(BaseModel):
 
 class DocumentIn(_Body):
     id: str = Field(min_length=1, max_length=512, pattern=r"^[^\x00-\x1f\x7f]+$")
-    text: str = Field(min_length=1, description="the document's text (markdown or plain)")
+    text: str = Field(
+        min_length=1,
+        description="the document's text (markdown or plain); markdown that opens with YAML "
+        "front matter (a `---` line) has it read as a markdown file's is: its fields join "
+        "`metadata` (which wins), its `title` is the title unless `title` is given, its "
+        "`links` join `links`",
+    )
     title: str | None = Field(None, max_length=1_000)
     metadata: dict[str, Any] = Field(default_factory=dict, description="filterable fields")
     links: list[str] = Field(default_factory=list, max_length=1_000)
@@ -204,6 +214,24 @@ class JobStatus(BaseModel):
     error: str | None = None
     created_at: float
     finished_at: float | None = None
+
+
+class DocumentSummaryOut(BaseModel):
+    id: str
+    title: str
+    source: str
+    chunks: int
+    release: int
+    metadata: dict[str, Any]
+
+
+class DocumentList(BaseModel):
+    """One page of ``GET /documents``: the documents the caller's key can see, in id order."""
+
+    documents: list[DocumentSummaryOut]
+    next: str | None = Field(
+        None, description="pass as `after` for the next page; null on the last page"
+    )
 
 
 class DeleteResponse(BaseModel):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -151,6 +152,89 @@ def check_store(make_store: Callable[[], Store]) -> None:
         raise AssertionError("a batch with duplicate chunk ids must fail")
     assert store.release() == 3, "a failed write must not bump the release"
     assert store.doc_hashes(["c", "d"]) == {}, "a failed write must leave nothing behind"
+
+
+def check_chunk_pages(make_store: Callable[[], Store]) -> None:
+    """A chunk's page (a PDF's) is stored and fetched with it; a chunk without one reads None."""
+    store = make_store()
+    paged = make_record("manual.pdf", ["page one ERR-1", "page two", "still two"])
+    paged = replace(
+        paged,
+        chunks=tuple(replace(c, page=p) for c, p in zip(paged.chunks, (1, 2, 2), strict=True)),
+    )
+    store.write([paged, make_record("plain.md", ["no pages here"])])
+    rows = store.fetch(list(range(1, 1000)))
+    mine = ("manual.pdf", "plain.md")
+    by_chunk = {r.chunk_id: r.page for r in rows.values() if r.doc_id in mine}
+    assert by_chunk == {
+        "manual.pdf#0": 1,
+        "manual.pdf#1": 2,
+        "manual.pdf#2": 2,
+        "plain.md#0": None,
+    }, by_chunk
+
+
+def check_document_listing(make_store: Callable[[], Store]) -> None:
+    """``documents()``: every document once, in bytewise id order, with its chunk count, the
+    release that wrote it and its metadata; a scope lists only what it lets through (a field a
+    document lacks matches nothing); ``after``/``limit`` page through it without gaps."""
+    from clew.filters import parse_filter
+
+    store = make_store()
+    assert store.documents() == [], "a new store lists no documents"
+    ids = ["b", "a", "Z", "a/x", "é", "a-1"]
+    metas: list[dict[str, Any]] = [
+        {"tenant": "t1"},
+        {"tenant": "t2", "audience": ["public", "sre"]},
+        {"tenant": "t1", "n": 3},
+        {},
+        {"tenant": "t1"},
+        {"audience": "public"},
+    ]
+    r1 = store.write(
+        [
+            make_record(d, ["one ERR-1", "two"][: 1 + i % 2], metadata=m)
+            for i, (d, m) in enumerate(zip(ids[:3], metas[:3], strict=True))
+        ]
+    )
+    r2 = store.write(
+        [make_record(d, ["three"], metadata=m) for d, m in zip(ids[3:], metas[3:], strict=True)]
+    )
+    listed = store.documents()
+    expected = sorted(ids, key=lambda s: s.encode("utf-8"))
+    assert [d.doc_id for d in listed] == expected, f"bytewise id order: {listed}"
+    by_id = {d.doc_id: d for d in listed}
+    assert by_id["b"].chunks == 1 and by_id["a"].chunks == 2 and by_id["a/x"].chunks == 1
+    assert by_id["a"].release == r1 and by_id["é"].release == r2, "the release that wrote it"
+    assert by_id["a"].metadata == metas[1] and by_id["a/x"].metadata == {}
+    assert by_id["b"].title == "b" and by_id["b"].source == "b"
+
+    def ids_of(scope: Any, **kw: Any) -> list[str]:
+        return [d.doc_id for d in store.documents(parse_filter(scope), **kw)]
+
+    assert ids_of({"tenant": "t1"}) == ["Z", "b", "é"], "a scope lists only its documents"
+    assert ids_of({"audience": "public"}) == ["a", "a-1"], "a list value matches an element"
+    assert ids_of({"not": {"tenant": "t1"}}) == ["a", "a-1", "a/x"], "not: a missing field"
+    assert ids_of({"nobody": "x"}) == [], "a field no document has matches nothing"
+    assert ids_of({"tenant": "t1"}, limit=2) == ["Z", "b"]
+    assert ids_of({"tenant": "t1"}, after="b") == ["é"], "after is exclusive"
+    assert ids_of(None, after="zz") == ["é"], "after needs no existing id"
+    pages: list[str] = []
+    after: str | None = None
+    while True:
+        page = store.documents(after=after, limit=2)
+        pages += [d.doc_id for d in page]
+        if len(page) < 2:
+            break
+        after = page[-1].doc_id
+    assert pages == expected, "paging with after/limit lists each document once"
+
+    store.write([make_record("b", ["b changed", "and more", "and more still"], seed=3)])
+    store.delete(["a"])
+    listed = store.documents()
+    assert "a" not in {d.doc_id for d in listed}, "a deleted document is not listed"
+    b = next(d for d in listed if d.doc_id == "b")
+    assert b.chunks == 3 and b.release == store.release() - 1 and b.metadata == {}
 
 
 def check_lexical_search(

@@ -62,7 +62,9 @@ import numpy.typing as npt
 
 from clew.backends.embedded.files import Origin, recorded_origins
 from clew.errors import IndexNotFoundError, StoreError
+from clew.filters import MetadataColumns, Node
 from clew.protocols import ChunkRow, DocumentRecord, GraphRows, Matrix
+from clew.types import DocumentSummary
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +98,8 @@ CREATE TABLE IF NOT EXISTS chunks (
     end_char INTEGER NOT NULL,
     tokens TEXT NOT NULL,
     vector BLOB NOT NULL,
-    release INTEGER NOT NULL
+    release INTEGER NOT NULL,
+    page INTEGER
 );
 CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc_id, seq);
 CREATE TABLE IF NOT EXISTS concepts (
@@ -136,6 +139,9 @@ CREATE TABLE IF NOT EXISTS releases (
 );
 """
 
+
+_LIST_BATCH = 500
+"""Documents read per query by :meth:`SQLiteStore.documents` (a scope is evaluated per batch)."""
 
 _KIND_RANK = {"phrase": 0, "entity": 1, "identifier": 2}
 """A concept's kind only ever moves up this order (identifier wins)."""
@@ -225,6 +231,7 @@ class SQLiteStore:
         )
         """Why writes are refused (None: the index is writable)."""
         self._local = threading.local()
+        self._has_page: bool | None = None
         self.store_id: str | None = None
         """This store's random id (None only for a store made before ids, opened read-only)."""
         # what the derived manifests say was committed: read BEFORE the store, since a manifest
@@ -257,6 +264,7 @@ class SQLiteStore:
                 if _is_damage(exc):
                     raise
                 raise StoreError(f"{str(self.path)!r} is not a clew index: {exc}") from exc
+            self._add_page_column(conn)
         if version is None:
             self._init_meta({"schema_version": SCHEMA_VERSION, "release": "0"})
         elif version != SCHEMA_VERSION:
@@ -267,6 +275,24 @@ class SQLiteStore:
         if self.store_id is None and self.read_only_reason is None:
             self._init_meta({})  # a store made before ids: give it one (migration)
             self.store_id = self.get_meta("store_id")
+
+    @staticmethod
+    def _add_page_column(conn: sqlite3.Connection) -> None:
+        """A store made before chunks knew their page gets the (nullable) column: a cheap
+        ALTER, old chunks read as page None."""
+        if "page" not in {row[1] for row in conn.execute("PRAGMA table_info(chunks)")}:
+            try:
+                conn.execute("ALTER TABLE chunks ADD COLUMN page INTEGER")
+            except sqlite3.OperationalError as exc:  # another process added it meanwhile
+                if "duplicate column" not in str(exc):
+                    raise
+
+    def _page_column(self, alias: str) -> str:
+        """``alias.page``, or NULL for a read-only store made before chunks had pages."""
+        if self._has_page is None:
+            cols = {row[1] for row in self._conn().execute("PRAGMA table_info(chunks)")}
+            self._has_page = "page" in cols
+        return f"{alias}.page" if self._has_page else "NULL"
 
     def _init_meta(self, values: Mapping[str, str]) -> None:
         """Add ``values`` and a fresh ``store_id`` where absent (never replaces: two processes
@@ -442,8 +468,8 @@ class SQLiteStore:
                 for i, chunk in enumerate(rec.chunks):
                     cur = conn.execute(
                         "INSERT INTO chunks(chunk_id, doc_id, seq, text, content_hash, "
-                        "token_count, heading_path, start_char, end_char, tokens, vector, release)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "token_count, heading_path, start_char, end_char, tokens, vector, release, "
+                        "page) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             chunk.chunk_id,
                             chunk.doc_id,
@@ -457,6 +483,7 @@ class SQLiteStore:
                             " ".join(rec.tokens[i]),
                             vectors[i].tobytes(),
                             release,
+                            chunk.page,
                         ),
                     )
                     ordinal = int(cur.lastrowid or 0)
@@ -650,6 +677,47 @@ class SQLiteStore:
         return doc, chunks
 
     @_guarded
+    def documents(
+        self, scope: Node | None = None, *, after: str | None = None, limit: int | None = None
+    ) -> list[DocumentSummary]:
+        """The documents (no text) in id order, those ``scope`` lets through only (evaluated as
+        a caller's scope is: a field a document lacks matches nothing), starting after the id
+        ``after`` (exclusive), at most ``limit``. One read transaction: one release."""
+        out: list[DocumentSummary] = []
+        cursor = after
+        with self.reading():
+            conn = self._conn()
+            while limit is None or len(out) < limit:
+                rows = conn.execute(
+                    "SELECT d.doc_id, d.title, d.source, d.metadata, d.release, "
+                    "(SELECT COUNT(*) FROM chunks c WHERE c.doc_id = d.doc_id) FROM documents d "
+                    + ("" if cursor is None else "WHERE d.doc_id > ? ")
+                    + "ORDER BY d.doc_id LIMIT ?",
+                    (_LIST_BATCH,) if cursor is None else (cursor, _LIST_BATCH),
+                ).fetchall()
+                metas = [json.loads(r[3]) for r in rows]
+                keep = [True] * len(rows)
+                if scope is not None and rows:
+                    cols = MetadataColumns.build(len(rows), [([i], m) for i, m in enumerate(metas)])
+                    keep = [bool(k) for k in cols.mask(scope, strict=False)]
+                for row, metadata, kept in zip(rows, metas, keep, strict=True):
+                    if kept and (limit is None or len(out) < limit):
+                        out.append(
+                            DocumentSummary(
+                                doc_id=row[0],
+                                title=row[1],
+                                source=row[2],
+                                chunks=int(row[5]),
+                                release=int(row[4]),
+                                metadata=metadata,
+                            )
+                        )
+                if len(rows) < _LIST_BATCH:
+                    break
+                cursor = rows[-1][0]
+        return out
+
+    @_guarded
     def counts(self) -> dict[str, int]:
         conn = self._conn()
         return {
@@ -704,8 +772,8 @@ class SQLiteStore:
             marks = ",".join("?" * len(part))
             for row in conn.execute(
                 "SELECT c.ordinal, c.chunk_id, c.doc_id, d.title, c.text, c.content_hash, "
-                "c.heading_path, d.metadata, c.token_count FROM chunks c JOIN documents d "
-                f"USING (doc_id) WHERE c.ordinal IN ({marks})",
+                f"c.heading_path, d.metadata, c.token_count, {self._page_column('c')} "
+                f"FROM chunks c JOIN documents d USING (doc_id) WHERE c.ordinal IN ({marks})",
                 part,
             ):
                 out[int(row[0])] = ChunkRow(
@@ -718,6 +786,7 @@ class SQLiteStore:
                     heading_path=tuple(json.loads(row[6])),
                     metadata=json.loads(row[7]),
                     token_count=int(row[8]),
+                    page=None if row[9] is None else int(row[9]),
                 )
         return out
 

@@ -134,6 +134,10 @@ MIGRATIONS: tuple[str, ...] = (
     DROP INDEX mentions_concept;
     CREATE INDEX mentions_concept ON mentions(concept_id, ordinal) INCLUDE (count);
     """,
+    # 4: a chunk of a paged document (PDF) records the page it starts on (citations: p. 4)
+    """
+    ALTER TABLE chunks ADD COLUMN page integer;
+    """,
 )
 
 

@@ -42,12 +42,14 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from clew.backends.postgres import writes
 from clew.backends.postgres.schema import Conn, bootstrap, lock_key
+from clew.backends.postgres.where import compile_filter
 from clew.backends.postgres.writes import Target
 from clew.backends.postgres.writes import document_time as document_time  # re-exported
 from clew.backends.records import assemble_records
 from clew.errors import StoreError
+from clew.filters import Node
 from clew.protocols import ChunkRow, DocumentRecord, GraphRows, Matrix
-from clew.types import Concept, Mention
+from clew.types import Concept, DocumentSummary, Mention
 
 log = logging.getLogger(__name__)
 
@@ -435,6 +437,36 @@ class PostgresStore:
         }
         return doc, [(int(o), str(c), int(s), str(t)) for o, c, s, t in chunks]
 
+    def documents(
+        self, scope: Node | None = None, *, after: str | None = None, limit: int | None = None
+    ) -> list[DocumentSummary]:
+        """The documents (no text) in id order (bytewise, as the embedded store orders them),
+        those ``scope`` lets through only (the access filter compiled over
+        ``documents.metadata``, as over ``chunks.metadata`` for the legs), starting after the
+        id ``after`` (exclusive), at most ``limit``. One query: one release."""
+        query = sql.SQL(
+            "SELECT d.doc_id, d.title, d.source, d.metadata, d.release, "
+            "(SELECT count(*) FROM chunks c WHERE c.doc_id = d.doc_id) FROM documents AS d "
+            'WHERE {} AND ({}) ORDER BY d.doc_id COLLATE "C"{}'
+        ).format(
+            sql.SQL("TRUE")
+            if after is None
+            else sql.SQL('d.doc_id COLLATE "C" > {}').format(sql.Literal(after)),
+            compile_filter(scope, alias="d"),
+            sql.SQL("") if limit is None else sql.SQL(" LIMIT {}").format(sql.Literal(int(limit))),
+        )
+        return [
+            DocumentSummary(
+                doc_id=str(doc_id),
+                title=str(title),
+                source=str(source),
+                chunks=int(n),
+                release=int(release),
+                metadata=dict(metadata),
+            )
+            for doc_id, title, source, metadata, release, n in self._query(query)
+        ]
+
     def counts(self) -> dict[str, int]:
         with self._reader() as conn:
             return {
@@ -494,7 +526,7 @@ class PostgresStore:
             return {}
         rows = self._query(
             "SELECT c.ordinal, c.chunk_id, c.doc_id, d.title, c.text, c.content_hash, "
-            "c.heading_path, d.metadata, c.token_count FROM chunks c JOIN documents d "
+            "c.heading_path, d.metadata, c.token_count, c.page FROM chunks c JOIN documents d "
             "USING (doc_id) WHERE c.ordinal = ANY(%s)",
             (wanted,),
         )
@@ -509,6 +541,7 @@ class PostgresStore:
                 heading_path=tuple(r[6]),
                 metadata=r[7],
                 token_count=int(r[8]),
+                page=None if r[9] is None else int(r[9]),
             )
             for r in rows
         }
@@ -578,7 +611,7 @@ class PostgresStore:
             with conn.cursor(binary=True) as cur:
                 chunk_rows = cur.execute(
                     "SELECT ordinal, chunk_id, doc_id, seq, text, content_hash, token_count, "
-                    "heading_path, start_char, end_char, tokens, embedding FROM chunks "
+                    "heading_path, start_char, end_char, tokens, embedding, page FROM chunks "
                     "WHERE doc_id = ANY(%s) ORDER BY ordinal",
                     (ids,),
                 ).fetchall()

@@ -325,11 +325,11 @@ def _insert(conn: Conn, records: list[DocumentRecord], release: int) -> tuple[in
             with cur.copy(
                 "COPY chunks(ordinal, chunk_id, doc_id, seq, text, content_hash, token_count, "
                 "heading_path, start_char, end_char, tokens, embedding, metadata, created_at, "
-                "release) FROM STDIN (FORMAT BINARY)"
+                "release, page) FROM STDIN (FORMAT BINARY)"
             ) as cp:
                 cp.set_types(
                     ["int8", "text", "text", "int4", "text", "text", "int4", "jsonb", "int4",
-                     "int4", "text", "vector", "jsonb", "float8", "int8"]
+                     "int4", "text", "vector", "jsonb", "float8", "int8", "int4"]
                 )  # fmt: skip
                 at = 0
                 for rec in records:
@@ -356,6 +356,7 @@ def _insert(conn: Conn, records: list[DocumentRecord], release: int) -> tuple[in
                                 d.metadata,
                                 when,
                                 release,
+                                chunk.page,
                             )
                         )
                         changes.append((release, d.doc_id, ordinal))

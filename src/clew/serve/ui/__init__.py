@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from clew.serve.children import stop_child
+
 __all__ = ["API_KEY_ENV", "API_URL_ENV", "app_path", "launch", "streamlit_command"]
 
 API_URL_ENV = "CLEW_API_URL"
@@ -54,6 +56,8 @@ def launch(
     api_url: str, *, key: str | None = None, port: int = 8501, host: str = "127.0.0.1"
 ) -> int:
     """Serve the UI for the API at ``api_url`` until Streamlit exits; return its exit code.
+    Interrupted (Ctrl-C: 130, or an exception such as a stop signal's), it stops Streamlit and
+    waits for it before returning or raising.
 
     ``key`` is the API key the UI sends as ``Authorization: Bearer``; ``None`` leaves whatever
     ``CLEW_API_KEY`` the environment already holds.
@@ -74,7 +78,10 @@ def launch(
         api_url,
         "with an API key" if env.get(API_KEY_ENV) else "without an API key",
     )
+    proc = subprocess.Popen(command, env=env)
     try:
-        return subprocess.run(command, env=env, check=False).returncode
+        return proc.wait()
     except KeyboardInterrupt:
         return 130
+    finally:  # Ctrl-C, or a stop signal (clew.serve.children.stop_on_signals): stop it first
+        stop_child(proc)

@@ -650,9 +650,9 @@ def _show_answer(answer: Mapping[str, Any], similar: Mapping[str, Any]) -> None:
         for c in citations:
             url = str(c.get("url", ""))
             link = document_link(url, str(c.get("doc_id", "")))
-            st.markdown(
-                f"**[{c['n']}]** {md_escape(c.get('title', ''))} — [{md_escape(url)}]({link})"
-            )
+            page = c.get("page")
+            where = md_escape(str(c.get("title", ""))) + (f", p. {page}" if page else "")
+            st.markdown(f"**[{c['n']}]** {where} — [{md_escape(url)}]({link})")
             passage = texts.get(c.get("chunk_id"))
             if passage:
                 st.markdown(passage_html(passage, c.get("spans") or []), unsafe_allow_html=True)
