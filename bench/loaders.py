@@ -301,7 +301,7 @@ def main() -> None:
         "these pages (pdfplumber recovers more of a damaged file, at a hundredth of the speed); "
         "selectolax (lexbor) parses HTML5 in C, linear on any input, lets clew drop site "
         "boilerplate by element and write each table row as header: value pairs; trafilatura's "
-        "heuristics extract the same words here, several times slower",
+        "heuristics extract the same words on these pages, about 10x slower",
         "the PDFs here are simple (one column, a core font): they measure speed, not the harder "
         "layouts (columns, ligatures, rotated text) that no offline corpus here holds",
     ]
