@@ -89,6 +89,8 @@ class ChunkRow:
     token_count: int = 0
     page: int | None = None
     """The page (1-based) the chunk starts on, for a paged document (PDF)."""
+    source: str = ""
+    """Where its document came from (a file path relative to the ingest root, ``api``...)."""
 
 
 @dataclass(frozen=True, slots=True)

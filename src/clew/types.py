@@ -194,6 +194,9 @@ class Hit:
     """What the reranker did to this hit (None when no reranker ran on it)."""
     page: int | None = None
     """The page (1-based) the chunk starts on, for a paged document (PDF); None otherwise."""
+    source: str = ""
+    """Where its document came from: a file path relative to the ingest root, a JSONL file
+    and line, ``api`` or ``memory``."""
 
     def to_dict(self) -> dict[str, JSONValue]:
         return {
@@ -211,6 +214,7 @@ class Hit:
             "expansion": [p.to_dict() for p in self.expansion],
             "rerank": None if self.rerank is None else self.rerank.to_dict(),
             "page": self.page,
+            "source": self.source,
         }
 
 

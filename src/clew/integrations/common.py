@@ -13,7 +13,6 @@ The metadata of a hit (:func:`hit_metadata`) is the same in every framework::
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -29,7 +28,6 @@ __all__ = [
     "LLM_VISIBLE",
     "Comparison",
     "Retrieved",
-    "Sources",
     "all_of",
     "any_of",
     "check_filter",
@@ -77,72 +75,24 @@ def search(
     preset: str | None = None,
     config: EngineConfig | None = None,
     caller: str | None = None,
-    sources: Sources | None = None,
 ) -> list[Retrieved]:
     """:meth:`Engine.search` (``scope`` AND-ed with ``filter`` in every leg), each hit with its
-    :func:`hit_metadata`, in clew's order. The search and the source lookups read one release;
-    ``sources``: an adapter's cache of them (one per adapter: its scope is fixed)."""
-    if sources is None:
-        sources = Sources()
-    with engine.reading():
-        result = engine.search(
-            query,
-            k=k,
-            filter=filter,
-            scope=scope,
-            preset=preset,
-            config=config,
-            caller=caller,
-        )
-        found = sources.of(engine, result, scope)
+    :func:`hit_metadata`, in clew's order."""
+    result = engine.search(
+        query,
+        k=k,
+        filter=filter,
+        scope=scope,
+        preset=preset,
+        config=config,
+        caller=caller,
+    )
     return [
-        Retrieved(hit, hit_metadata(hit, rank, result, found.get(hit.doc_id)))
-        for rank, hit in enumerate(result.hits, 1)
+        Retrieved(hit, hit_metadata(hit, rank, result)) for rank, hit in enumerate(result.hits, 1)
     ]
 
 
-class Sources:
-    """Each hit's document source (where it came from): the hit's own when it has one, else
-    the store's document row, looked up once per document and release (that row holds the
-    whole text: a search must not read it again and again). Bounded; thread-safe."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self._size = size
-        self._release: int | None = None
-        self._known: dict[str, object] = {}
-        self._lock = threading.Lock()
-
-    def of(
-        self, engine: Engine, result: SearchResult, scope: Mapping[str, Any] | None
-    ) -> dict[str, str | None]:
-        out: dict[str, str | None] = {}
-        for hit in result.hits:
-            own = getattr(hit, "source", None)
-            if hit.doc_id in out or isinstance(own, str):
-                out.setdefault(hit.doc_id, own)
-                continue
-            with self._lock:
-                if self._release != result.release:
-                    self._release, self._known = result.release, {}
-                cached = self._known.get(hit.doc_id, _UNKNOWN)
-            if cached is _UNKNOWN:
-                stored = engine.document(hit.doc_id, scope=scope)
-                cached = None if stored is None else stored.source
-                with self._lock:
-                    if self._release == result.release:
-                        if len(self._known) >= self._size:
-                            self._known = {}
-                        self._known[hit.doc_id] = cached
-            out[hit.doc_id] = cached if isinstance(cached, str) else None
-        return out
-
-
-_UNKNOWN = object()
-
-
-def hit_metadata(
-    hit: Hit, rank: int, result: SearchResult | None = None, source: str | None = None
-) -> dict[str, Any]:
+def hit_metadata(hit: Hit, rank: int, result: SearchResult | None = None) -> dict[str, Any]:
     """A hit's ids, title, source, score, rank, heading path, page (when it has one), full
     provenance and document metadata, as plain JSON (a fresh copy: changing it changes no hit).
     ``result``: the search it came from (its release and trace id)."""
@@ -150,12 +100,12 @@ def hit_metadata(
         "doc_id": hit.doc_id,
         "chunk_id": hit.chunk_id,
         "title": hit.title,
-        "source": source,
+        "source": hit.source,
         "score": hit.score,
         "rank": rank,
     }
     full = hit.to_dict()
-    for key in ("chunk_id", "doc_id", "title", "text", "score", "metadata", "page"):
+    for key in ("chunk_id", "doc_id", "title", "text", "score", "metadata", "page", "source"):
         full.pop(key, None)
     out.update(full)
     page = getattr(hit, "page", None)  # a paged document's (PDF) chunks have one

@@ -35,7 +35,6 @@ from clew.engine import Engine
 from clew.errors import ConfigError, FilterError
 from clew.integrations.common import (
     Comparison,
-    Sources,
     all_of,
     any_of,
     check_filter,
@@ -164,7 +163,6 @@ class ClewRetriever:
             else filter_policy
         )
         self.caller = caller
-        self._sources = Sources()
         self._engine = engine
         self._owned = engine is None
         self._opening = threading.Lock()
@@ -232,7 +230,6 @@ class ClewRetriever:
             preset=self.preset,
             config=None if self._owned else self.config,  # an opened engine has its config
             caller=self.caller,
-            sources=self._sources,
         )
         documents = [
             Document(id=r.hit.chunk_id, content=r.hit.text, meta=r.metadata, score=r.hit.score)

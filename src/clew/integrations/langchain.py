@@ -23,7 +23,7 @@ from typing import Any
 
 from clew.config import EngineConfig
 from clew.engine import Engine
-from clew.integrations.common import Sources, check_filter, missing_framework, search
+from clew.integrations.common import check_filter, missing_framework, search
 
 try:
     from langchain_core.callbacks import (
@@ -61,7 +61,6 @@ class ClewRetriever(BaseRetriever):
     config: EngineConfig | None = None
     caller: str | None = None
     _scope: dict[str, Any] | None = PrivateAttr(default=None)
-    _sources: Sources = PrivateAttr(default_factory=Sources)
 
     def __init__(self, *, scope: dict[str, Any] | None = None, **data: Any) -> None:
         if "filter" in data:
@@ -103,7 +102,6 @@ class ClewRetriever(BaseRetriever):
             scope=self._scope,
             config=self.config,
             caller=self.caller,
-            sources=self._sources,
             **self._options(kwargs),
         )
         return [

@@ -31,7 +31,6 @@ from clew.errors import FilterError
 from clew.integrations.common import (
     LLM_VISIBLE,
     Comparison,
-    Sources,
     all_of,
     any_of,
     check_filter,
@@ -159,7 +158,6 @@ class ClewRetriever(BaseRetriever):
         self.preset = preset
         self.config = config
         self.caller = caller
-        self._sources = Sources()
 
     @property
     def filter(self) -> dict[str, Any] | None:
@@ -181,7 +179,6 @@ class ClewRetriever(BaseRetriever):
             preset=self.preset,
             config=self.config,
             caller=self.caller,
-            sources=self._sources,
         )
         out = []
         for r in found:

@@ -231,6 +231,7 @@ def to_hit(
         expansion=f.expansion,
         rerank=note,
         page=row.page,
+        source=row.source,
     )
 
 

@@ -155,7 +155,8 @@ def check_store(make_store: Callable[[], Store]) -> None:
 
 
 def check_chunk_pages(make_store: Callable[[], Store]) -> None:
-    """A chunk's page (a PDF's) is stored and fetched with it; a chunk without one reads None."""
+    """A chunk's page (a PDF's) is stored and fetched with it (a chunk without one reads None),
+    and so is its document's source."""
     store = make_store()
     paged = make_record("manual.pdf", ["page one ERR-1", "page two", "still two"])
     paged = replace(
@@ -172,6 +173,7 @@ def check_chunk_pages(make_store: Callable[[], Store]) -> None:
         "manual.pdf#2": 2,
         "plain.md#0": None,
     }, by_chunk
+    assert {r.source for r in rows.values() if r.doc_id in mine} == set(mine), "its source"
 
 
 def check_document_listing(make_store: Callable[[], Store]) -> None:

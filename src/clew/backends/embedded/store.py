@@ -772,7 +772,7 @@ class SQLiteStore:
             marks = ",".join("?" * len(part))
             for row in conn.execute(
                 "SELECT c.ordinal, c.chunk_id, c.doc_id, d.title, c.text, c.content_hash, "
-                f"c.heading_path, d.metadata, c.token_count, {self._page_column('c')} "
+                f"c.heading_path, d.metadata, c.token_count, {self._page_column('c')}, d.source "
                 f"FROM chunks c JOIN documents d USING (doc_id) WHERE c.ordinal IN ({marks})",
                 part,
             ):
@@ -787,6 +787,7 @@ class SQLiteStore:
                     metadata=json.loads(row[7]),
                     token_count=int(row[8]),
                     page=None if row[9] is None else int(row[9]),
+                    source=str(row[10]),
                 )
         return out
 

@@ -526,7 +526,8 @@ class PostgresStore:
             return {}
         rows = self._query(
             "SELECT c.ordinal, c.chunk_id, c.doc_id, d.title, c.text, c.content_hash, "
-            "c.heading_path, d.metadata, c.token_count, c.page FROM chunks c JOIN documents d "
+            "c.heading_path, d.metadata, c.token_count, c.page, d.source FROM chunks c "
+            "JOIN documents d "
             "USING (doc_id) WHERE c.ordinal = ANY(%s)",
             (wanted,),
         )
@@ -542,6 +543,7 @@ class PostgresStore:
                 metadata=r[7],
                 token_count=int(r[8]),
                 page=None if r[9] is None else int(r[9]),
+                source=str(r[10]),
             )
             for r in rows
         }
