@@ -61,6 +61,7 @@ import numpy as np
 import numpy.typing as npt
 
 from clew.backends.embedded.files import Origin, recorded_origins
+from clew.backends.embedded.schema import SCHEMA, add_page_column, columns
 from clew.errors import IndexNotFoundError, StoreError
 from clew.filters import MetadataColumns, Node
 from clew.protocols import ChunkRow, DocumentRecord, GraphRows, Matrix
@@ -72,72 +73,6 @@ SCHEMA_VERSION = "1"
 DB_NAME = "clew.sqlite"
 SYNCHRONOUS = "FULL"
 """Every commit (each bumps the release) fsyncs the WAL; measured in the module docstring."""
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS documents (
-    doc_id TEXT PRIMARY KEY,
-    title TEXT NOT NULL,
-    source TEXT NOT NULL,
-    fmt TEXT NOT NULL,
-    metadata TEXT NOT NULL,
-    doc_hash TEXT NOT NULL,
-    text TEXT NOT NULL,
-    release INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS chunks (
-    ordinal INTEGER PRIMARY KEY AUTOINCREMENT,
-    chunk_id TEXT NOT NULL UNIQUE,
-    doc_id TEXT NOT NULL REFERENCES documents(doc_id) ON DELETE CASCADE,
-    seq INTEGER NOT NULL,
-    text TEXT NOT NULL,
-    content_hash TEXT NOT NULL,
-    token_count INTEGER NOT NULL,
-    heading_path TEXT NOT NULL,
-    start_char INTEGER NOT NULL,
-    end_char INTEGER NOT NULL,
-    tokens TEXT NOT NULL,
-    vector BLOB NOT NULL,
-    release INTEGER NOT NULL,
-    page INTEGER
-);
-CREATE INDEX IF NOT EXISTS chunks_doc ON chunks(doc_id, seq);
-CREATE TABLE IF NOT EXISTS concepts (
-    concept_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    key TEXT NOT NULL UNIQUE,
-    label TEXT NOT NULL,
-    kind TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS mentions (
-    ordinal INTEGER NOT NULL REFERENCES chunks(ordinal) ON DELETE CASCADE,
-    concept_id INTEGER NOT NULL REFERENCES concepts(concept_id),
-    count INTEGER NOT NULL,
-    PRIMARY KEY (ordinal, concept_id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS mentions_concept ON mentions(concept_id);
-CREATE TABLE IF NOT EXISTS concept_aliases (
-    concept_id INTEGER NOT NULL REFERENCES concepts(concept_id) ON DELETE CASCADE,
-    surface TEXT NOT NULL,
-    PRIMARY KEY (concept_id, surface)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS links (
-    doc_id TEXT NOT NULL REFERENCES documents(doc_id) ON DELETE CASCADE,
-    target TEXT NOT NULL,
-    PRIMARY KEY (doc_id, target)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS changes (
-    release INTEGER NOT NULL,
-    op TEXT NOT NULL,
-    doc_id TEXT NOT NULL,
-    ordinal INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS releases (
-    release INTEGER PRIMARY KEY,
-    created_at REAL NOT NULL,
-    added INTEGER NOT NULL,
-    removed INTEGER NOT NULL
-);
-"""
 
 
 _LIST_BATCH = 500
@@ -259,12 +194,12 @@ class SQLiteStore:
                 raise StoreError(f"{str(self.path)!r} is not a clew index (no schema version)")
         else:
             try:
-                conn.executescript(_SCHEMA)
+                conn.executescript(SCHEMA)
             except sqlite3.DatabaseError as exc:
                 if _is_damage(exc):
                     raise
                 raise StoreError(f"{str(self.path)!r} is not a clew index: {exc}") from exc
-            self._add_page_column(conn)
+            add_page_column(conn)
         if version is None:
             self._init_meta({"schema_version": SCHEMA_VERSION, "release": "0"})
         elif version != SCHEMA_VERSION:
@@ -276,22 +211,10 @@ class SQLiteStore:
             self._init_meta({})  # a store made before ids: give it one (migration)
             self.store_id = self.get_meta("store_id")
 
-    @staticmethod
-    def _add_page_column(conn: sqlite3.Connection) -> None:
-        """A store made before chunks knew their page gets the (nullable) column: a cheap
-        ALTER, old chunks read as page None."""
-        if "page" not in {row[1] for row in conn.execute("PRAGMA table_info(chunks)")}:
-            try:
-                conn.execute("ALTER TABLE chunks ADD COLUMN page INTEGER")
-            except sqlite3.OperationalError as exc:  # another process added it meanwhile
-                if "duplicate column" not in str(exc):
-                    raise
-
     def _page_column(self, alias: str) -> str:
         """``alias.page``, or NULL for a read-only store made before chunks had pages."""
         if self._has_page is None:
-            cols = {row[1] for row in self._conn().execute("PRAGMA table_info(chunks)")}
-            self._has_page = "page" in cols
+            self._has_page = "page" in columns(self._conn(), "chunks")
         return f"{alias}.page" if self._has_page else "NULL"
 
     def _init_meta(self, values: Mapping[str, str]) -> None:
