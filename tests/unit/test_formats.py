@@ -39,6 +39,23 @@ def test_pdf_keeps_pages_and_each_chunk_knows_its_page(tmp_path: Path) -> None:
     assert on_two.page == 2
 
 
+def test_a_pdf_outline_gives_its_chunks_heading_paths(tmp_path: Path) -> None:
+    pages = [
+        "# Introduction\n\nWhy vaults.\n\n## Background\n\nKey holders unseal nodes.",
+        "# Methods\n\nWe restarted every node. Background\n\nnot a heading line.",
+    ]
+    (doc,) = load_path(write_pdf(tmp_path / "paper.pdf", pages, outline=True))
+    assert "# Introduction" in doc.text and "## Background" in doc.text
+    assert doc.text.count("Background") == 2, "only the outline's own line is marked"
+    by_text = {c.text.split("\n")[-1]: (c.heading_path, c.page) for c in chunker().chunk(doc)}
+    assert by_text["Key holders unseal nodes."] == (("Introduction", "Background"), 1)
+    assert by_text["not a heading line."] == (("Methods",), 2)
+    drawn = [p.replace("## ", "").replace("# ", "") for p in pages]
+    (plain,) = load_path(write_pdf(tmp_path / "plain.pdf", drawn))
+    assert "#" not in plain.text, "no outline, no headings"
+    assert {c.heading_path for c in chunker().chunk(plain)} == {()}
+
+
 def test_pdf_title_falls_back_to_its_first_line(tmp_path: Path) -> None:
     (doc,) = load_path(write_pdf(tmp_path / "notitle.pdf", ["Quarterly summary\n\nBody."]))
     assert doc.title == "Quarterly summary"

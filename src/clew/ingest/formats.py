@@ -6,11 +6,11 @@ for every format, or raises :class:`LoadError` with a reason a person can act on
 corrupt, encrypted, too big). Libraries, chosen by measurement (``bench/loaders.py``; figures in
 ``bench/results/loaders.md``):
 
-- **PDF: pypdfium2** (PDFium, the PDF engine of Chromium). Text-layer extraction many times
-  faster than pypdf and pdfplumber at equal or better fidelity (ligatures, reading order); it
-  is a self-contained wheel. Every page's text starts at an offset recorded in
-  :attr:`Document.pages`, so each chunk knows its page (citations say ``p. 4``). A PDF whose
-  pages carry no text (a scan) is refused with that reason: clew does no OCR.
+- **PDF: pypdfium2** (PDFium, the PDF engine of Chromium): the fastest text layer of the
+  three measured, at the same token F1; a self-contained wheel. Every page's text starts at an
+  offset recorded in :attr:`Document.pages`, so each chunk knows its page (citations say
+  ``p. 4``); the outline (bookmarks) marks its titles' lines as headings (the heading path). A
+  PDF whose pages carry no text (a scan) is refused with that reason: clew does no OCR.
 - **DOCX: python-docx**: paragraphs and tables in body order; ``Heading N`` and ``Title``
   styles become markdown headings (the heading path), list paragraphs ``-`` items.
 - **PPTX: python-pptx**: one section per slide (``## Slide N: title``), then its text frames,
@@ -24,6 +24,7 @@ every call into it holds one lock.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import logging
@@ -109,6 +110,54 @@ def _page_text(raw: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", out)
 
 
+MAX_OUTLINE = 10_000
+"""Most outline (bookmark) entries read from one PDF."""
+
+
+def _outline(pdf: Any, n_pages: int) -> list[tuple[int, str, int]]:
+    """The PDF's outline (bookmarks) as (level, title, page index), at most
+    :data:`MAX_OUTLINE` entries, six levels deep; entries without a page left out."""
+    out: list[tuple[int, str, int]] = []
+    for item in pdf.get_toc(max_depth=6):
+        if len(out) >= MAX_OUTLINE:
+            break
+        dest = item.get_dest()
+        index = dest.get_index() if dest is not None else None
+        title = " ".join((item.get_title() or "").split())
+        if index is not None and 0 <= index < n_pages and 0 < len(title) <= MAX_TITLE:
+            out.append((int(item.level), title, int(index)))
+    return out
+
+
+def _mark_headings(pages: list[str], outline: Sequence[tuple[int, str, int]]) -> list[str]:
+    """Each outline entry's title line on its page becomes a markdown heading of its level,
+    so a PDF's sections give its chunks heading paths as a markdown file's do. Nothing is
+    added to the text but the ``#`` marks: a title the page does not show as a line of its
+    own is left alone."""
+    by_page: dict[int, list[tuple[int, str]]] = {}
+    for level, title, index in outline:
+        by_page.setdefault(index, []).append((level, title))
+    out = list(pages)
+    for index, entries in by_page.items():
+        lines = out[index].split("\n")
+        where: dict[str, list[int]] = {}  # a line's text -> the lines that hold it, in order
+        for i, line in enumerate(lines):
+            where.setdefault(" ".join(line.split()).casefold(), []).append(i)
+        at = 0
+        marked = False
+        for level, title in entries:  # in outline order: each is looked for after the last
+            found = where.get(title.casefold(), [])
+            k = bisect.bisect_left(found, at)
+            if k < len(found):
+                i = found[k]
+                lines[i] = f"\n{'#' * min(6, level + 1)} {lines[i].strip()}\n"
+                at = i + 1
+                marked = True
+        if marked:
+            out[index] = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+    return out
+
+
 def load_pdf(path: Path, doc_id: str, limits: IngestLimits | None = None) -> Document:
     """A PDF's text layer, page by page (``Document.pages`` holds where each page starts)."""
     lim = _limits(limits)
@@ -138,6 +187,7 @@ def load_pdf(path: Path, doc_id: str, limits: IngestLimits | None = None) -> Doc
                 finally:
                     page.close()
             meta = pdf.get_metadata_dict(skip_empty=True)
+            outline = _outline(pdf, len(pages))
         except pdfium.PdfiumError as exc:
             raise LoadError(f"{str(path)!r}: cannot read its pages (corrupt?): {exc}") from None
         finally:
@@ -149,6 +199,7 @@ def load_pdf(path: Path, doc_id: str, limits: IngestLimits | None = None) -> Doc
             f"{str(path)!r} has no text layer ({len(pages)} page(s) of images: a scan?); clew "
             "does no OCR: run one first (e.g. ocrmypdf) and ingest its output"
         )
+    pages = _mark_headings(pages, outline)
     empty = sum(1 for p in pages if not p)
     if empty:
         log.info("%s: %d of %d pages have no text layer", path, empty, len(pages))

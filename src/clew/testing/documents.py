@@ -38,8 +38,11 @@ def write_pdf(
     *,
     title: str | None = None,
     password: str | None = None,
+    outline: bool = False,
 ) -> Path:
-    """A PDF with a text layer: one page per item (paragraphs split on blank lines)."""
+    """A PDF with a text layer: one page per item (paragraphs split on blank lines). With
+    ``outline``, a paragraph written ``# Title`` (or ``## Title``) is drawn as ``Title`` and
+    bookmarked at that level, as word processors export headings."""
     from fpdf import FPDF
 
     pdf = FPDF()
@@ -51,6 +54,10 @@ def write_pdf(
     for text in pages:
         pdf.add_page()
         for para in text.split("\n\n"):
+            marks = len(para) - len(para.lstrip("#"))
+            if outline and marks:
+                para = para[marks:].strip()
+                pdf.start_section(para, level=marks - 1)
             pdf.multi_cell(0, 6, para)
             pdf.ln(4)
     pdf.output(str(path))
