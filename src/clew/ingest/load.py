@@ -172,15 +172,25 @@ def _check_title(title: str, where: str) -> str:
 
 
 def load_markdown(path: Path, doc_id: str, limits: IngestLimits | None = None) -> Document:
-    text = read_text(path, _max_bytes(limits))
+    return parse_markdown(read_text(path, _max_bytes(limits)), doc_id, repr(str(path)), path.stem)
+
+
+def parse_markdown(text: str, doc_id: str, label: str, fallback_title: str = "") -> Document:
+    """Markdown text as a document: YAML front matter (an opening ``---`` block) becomes its
+    metadata (plain JSON, bounded) and is no part of the text; its ``title`` is the title, else
+    the first heading, else ``fallback_title``; markdown links and front matter ``links`` are its
+    links. ``label`` names the text in errors (a quoted path, ``document 'id'``)."""
+    text = text.removeprefix("\ufeff")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
     metadata: dict[str, Any] = {}
     match = _FRONT_MATTER.match(text)
     if match:
-        metadata = _front_matter(match.group(1), str(path))
+        metadata = _front_matter(match.group(1), label)
         text = text[match.end() :]
-    title = _check_title(str(metadata.pop("title", "") or ""), repr(str(path)))
+    title = _check_title(str(metadata.pop("title", "") or ""), label)
     if not title:
-        title = _first_heading(text) or path.stem
+        title = _first_heading(text) or fallback_title
     found = dict.fromkeys(  # deduplicated as found: a link repeated on every line stays one
         m.group(1) for m in _MD_LINK.finditer(text) if not _is_external(m.group(1))
     )
@@ -196,30 +206,30 @@ def load_markdown(path: Path, doc_id: str, limits: IngestLimits | None = None) -
     )
 
 
-def _front_matter(raw: str, where: str) -> dict[str, Any]:
+def _front_matter(raw: str, label: str) -> dict[str, Any]:
     import yaml
 
     if len(raw) > MAX_FRONT_MATTER_CHARS:
         raise LoadError(
-            f"{where!r}: front matter has {len(raw)} characters; allowed: at most "
+            f"{label}: front matter has {len(raw)} characters; allowed: at most "
             f"{MAX_FRONT_MATTER_CHARS}"
         )
     try:
         front = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
-        raise LoadError(f"{where!r} has malformed front matter: {exc}") from exc
+        raise LoadError(f"{label} has malformed front matter: {exc}") from exc
     except RecursionError:
         raise LoadError(
-            f"{where!r}: front matter is nested too deeply; allowed: at most "
+            f"{label}: front matter is nested too deeply; allowed: at most "
             f"{MAX_METADATA_DEPTH} levels"
         ) from None
     except ValueError as exc:  # e.g. an integer with more digits than Python converts
-        raise LoadError(f"{where!r} has malformed front matter: {exc}") from exc
+        raise LoadError(f"{label} has malformed front matter: {exc}") from exc
     if front is None:
         return {}
     if not isinstance(front, dict):
-        raise LoadError(f"{where!r}: front matter must be a mapping of fields")
-    plain = _plain(front, _Where(f"{where!r}: front matter"))
+        raise LoadError(f"{label}: front matter must be a mapping of fields")
+    plain = _plain(front, _Where(f"{label}: front matter"))
     assert isinstance(plain, dict)
     return plain
 
