@@ -10,9 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from clew import Engine
-from clew.config import ConceptConfig
-from clew.ingest.concepts import ConceptExtractor
-from clew.testing.fakes import FakeHashEncoder
+from clew.testing.fakes import fake_engine as make_fake_engine
 from clew.testing.pgserver import PgServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,12 +20,7 @@ SAMPLE = ROOT / "data" / "sample"
 @pytest.fixture
 def fake_engine(tmp_path: Path) -> Iterator[Engine]:
     """An engine with the FAKE hash encoder and identifier-only concepts (fast)."""
-    engine = Engine(
-        tmp_path / "idx",
-        create=True,
-        encoder=FakeHashEncoder(),
-        extractor=ConceptExtractor(ConceptConfig(spacy=False)),
-    )
+    engine = make_fake_engine(tmp_path / "idx")
     yield engine
     engine.close()
 

@@ -13,13 +13,11 @@ import pytest
 
 from clew import Engine
 from clew.cli import main
-from clew.config import ConceptConfig
-from clew.ingest.concepts import ConceptExtractor
 from clew.serve.api import create_app
 from clew.serve.auth import KeyStore
 from clew.serve.settings import ServeSettings
 from clew.testing.asgi import ApiClient
-from clew.testing.fakes import FakeHashEncoder
+from clew.testing.fakes import fake_engine
 from clew.types import Document
 
 
@@ -35,12 +33,7 @@ def _corpus() -> list[Document]:
 
 @pytest.fixture
 def engine(tmp_path: Path) -> Iterator[Engine]:
-    engine = Engine(
-        tmp_path / "idx",
-        create=True,
-        encoder=FakeHashEncoder(),
-        extractor=ConceptExtractor(ConceptConfig(spacy=False)),
-    )
+    engine = fake_engine(tmp_path / "idx")
     engine.ingest(_corpus())
     yield engine
     engine.close()

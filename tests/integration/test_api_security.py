@@ -20,14 +20,12 @@ import pytest
 from mcp.server.mcpserver.exceptions import ToolError
 
 from clew import Engine
-from clew.config import ConceptConfig
-from clew.ingest.concepts import ConceptExtractor
 from clew.serve.api import create_app
 from clew.serve.auth import KeyStore, Principal
 from clew.serve.mcp import build_server
 from clew.serve.settings import ServeSettings
 from clew.testing.asgi import ApiClient
-from clew.testing.fakes import FakeHashEncoder
+from clew.testing.fakes import fake_engine
 from clew.types import Document
 
 LIMIT = 200_000
@@ -60,12 +58,7 @@ def corpus() -> list[Document]:
 
 @pytest.fixture
 def engine(tmp_path: Path) -> Iterator[Engine]:
-    engine = Engine(
-        tmp_path / "idx",
-        create=True,
-        encoder=FakeHashEncoder(),
-        extractor=ConceptExtractor(ConceptConfig(spacy=False)),
-    )
+    engine = fake_engine(tmp_path / "idx")
     engine.ingest(corpus())
     yield engine
     engine.close()

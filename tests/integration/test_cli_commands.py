@@ -13,13 +13,10 @@ from typing import Any
 
 import pytest
 
-from clew import Engine
 from clew.cli import BROKEN_PIPE, main
 from clew.cli.index import NOTHING_INGESTED, print_ingest
-from clew.config import ConceptConfig
-from clew.ingest.concepts import ConceptExtractor
 from clew.serve.auth import KeyStore
-from clew.testing.fakes import FakeHashEncoder
+from clew.testing.fakes import fake_engine
 from clew.types import Document, IngestReport, SkippedFile
 
 
@@ -30,12 +27,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 
 def _fake_index(path: Path, docs: list[Document]) -> Path:
-    with Engine(
-        path,
-        create=True,
-        encoder=FakeHashEncoder(),
-        extractor=ConceptExtractor(ConceptConfig(spacy=False)),
-    ) as engine:
+    with fake_engine(path) as engine:
         engine.ingest(docs)
     return path
 

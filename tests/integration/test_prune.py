@@ -10,20 +10,9 @@ from pathlib import Path
 import pytest
 
 from clew import Engine
-from clew.config import ConceptConfig
 from clew.errors import ConfigError
-from clew.ingest.concepts import ConceptExtractor
-from clew.testing.fakes import FakeHashEncoder
+from clew.testing.fakes import fake_engine
 from clew.types import API_SOURCE, Document
-
-
-def engine(path: Path) -> Engine:
-    return Engine(
-        path,
-        create=True,
-        encoder=FakeHashEncoder(),
-        extractor=ConceptExtractor(ConceptConfig(spacy=False)),
-    )
 
 
 def ids(e: Engine, scope: object = None) -> list[str]:
@@ -37,7 +26,7 @@ def test_prune_removes_only_what_no_file_stands_for(tmp_path: Path) -> None:
     (corpus / "sub" / "b.md").write_text("# B\n\nbeta")
     rows = [{"_id": "T-1", "text": "ticket one"}, {"_id": "T-2", "text": "ticket two"}]
     (corpus / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with engine(tmp_path / "idx") as e:
+    with fake_engine(tmp_path / "idx") as e:
         e.ingest([corpus])
         e.ingest([Document("posted", "Posted", "from the API", API_SOURCE)])
         e.remember("the user prefers dark mode")
@@ -56,7 +45,7 @@ def test_prune_removes_only_what_no_file_stands_for(tmp_path: Path) -> None:
 def test_prune_stays_inside_the_writers_scope(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    with engine(tmp_path / "idx") as e:
+    with fake_engine(tmp_path / "idx") as e:
         e.ingest(
             [
                 Document("mine.md", "Mine", "tenant a", "mine.md", {"tenant": "a"}),
@@ -72,7 +61,7 @@ def test_prune_stays_inside_the_writers_scope(tmp_path: Path) -> None:
 def test_prune_needs_directories(tmp_path: Path) -> None:
     f = tmp_path / "a.md"
     f.write_text("# A\n\nalpha")
-    with engine(tmp_path / "idx") as e:
+    with fake_engine(tmp_path / "idx") as e:
         with pytest.raises(ConfigError, match="every source must be a directory"):
             e.ingest([f], prune=True)
         assert ids(e) == [], "nothing written"
@@ -93,13 +82,7 @@ def test_a_directory_file_that_makes_too_many_chunks_is_skipped(tmp_path: Path) 
         "# Huge\n\n" + "\n\n".join(f"part {i} " * 60 for i in range(40))
     )
     config = replace(EngineConfig(), ingest=IngestLimits(max_chunks_per_doc=3))
-    with Engine(
-        tmp_path / "idx",
-        config,
-        create=True,
-        encoder=FakeHashEncoder(),
-        extractor=ConceptExtractor(ConceptConfig(spacy=False)),
-    ) as e:
+    with fake_engine(tmp_path / "idx", config) as e:
         report = e.ingest([corpus])
         assert report.added == ("small.md",)
         (skip,) = report.skipped

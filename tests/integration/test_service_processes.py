@@ -21,9 +21,7 @@ import httpx
 import pytest
 
 from clew import Engine
-from clew.config import ConceptConfig
-from clew.ingest.concepts import ConceptExtractor
-from clew.testing.fakes import FakeHashEncoder
+from clew.testing.fakes import FakeHashEncoder, fake_engine
 from clew.types import Document
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,12 +43,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def fake_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("procs") / "idx"
-    with Engine(
-        path,
-        create=True,
-        encoder=FakeHashEncoder(),
-        extractor=ConceptExtractor(ConceptConfig(spacy=False)),
-    ) as engine:
+    with fake_engine(path) as engine:
         engine.ingest([Document("a", "A", "The ERR-7001 code means the vault is sealed.", "a")])
     return path
 

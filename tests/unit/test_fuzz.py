@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clew import Engine
-from clew.config import ChunkConfig, ConceptConfig
+from clew.config import ChunkConfig
 from clew.errors import ClewError, FilterError, LoadError
 from clew.filters import (
     MAX_CONDITIONS,
@@ -44,12 +44,12 @@ from clew.filters import (
 )
 from clew.ingest.analyze import analyze, concept_key, query_terms, words
 from clew.ingest.chunk import Chunker
-from clew.ingest.concepts import ConceptExtractor, find_identifiers
+from clew.ingest.concepts import find_identifiers
 from clew.ingest.load import MAX_TITLE_CHARS, SUPPORTED_SUFFIXES, load_path
 from clew.serve.api import create_app
 from clew.serve.auth import KeyStore
 from clew.serve.settings import ServeSettings
-from clew.testing.fakes import FakeHashEncoder
+from clew.testing.fakes import FakeHashEncoder, fake_engine
 from clew.types import Document
 
 T = TypeVar("T")
@@ -502,12 +502,7 @@ def test_empty_and_title_only_files_ingest(tmp_path: Path) -> None:
 
 @contextmanager
 def _engine(path: Path) -> Iterator[Engine]:
-    engine = Engine(
-        path,
-        create=True,
-        encoder=FakeHashEncoder(),
-        extractor=ConceptExtractor(ConceptConfig(spacy=False)),
-    )
+    engine = fake_engine(path)
     try:
         yield engine
     finally:
@@ -769,12 +764,7 @@ class Client:
 def client() -> Iterator[Client]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        engine = Engine(
-            root / "idx",
-            create=True,
-            encoder=FakeHashEncoder(),
-            extractor=ConceptExtractor(ConceptConfig(spacy=False)),
-        )
+        engine = fake_engine(root / "idx")
         engine.ingest(
             [
                 Document("a", "Alpha", "ERR-4012 retries in payments-gateway", "t", {"level": 1}),

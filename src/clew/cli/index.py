@@ -19,7 +19,7 @@ from typing import Any
 from clew.cli.render import columns
 from clew.config import EngineConfig
 from clew.errors import ConfigError
-from clew.types import SkippedFile
+from clew.types import IngestReport, SkippedFile
 
 __all__ = ["NOTHING_INGESTED", "docs_command", "ingest_command", "migrate_command", "print_ingest"]
 
@@ -92,11 +92,10 @@ def ingest_command(args: argparse.Namespace, config: EngineConfig) -> int:
     return print_ingest(report, args.json)
 
 
-def print_ingest(report: Any, as_json: bool) -> int:
+def print_ingest(report: IngestReport, as_json: bool) -> int:
     """Print an ingest report; the exit status (:data:`NOTHING_INGESTED` when it loaded and
     removed nothing, else 0)."""
-    skipped = tuple(getattr(report, "skipped", ()))
-    removed = tuple(getattr(report, "removed", ()))
+    skipped, removed = report.skipped, report.removed
     if as_json:
         print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
@@ -113,8 +112,7 @@ def print_ingest(report: Any, as_json: bool) -> int:
             print(f"skipped {len(skipped)} file(s):")
             table = columns(("path", "reason"), [(s.path, s.reason) for s in skipped])
             print("\n".join(f"  {line}" for line in table.splitlines()))
-    loaded = len(report.added) + len(report.updated) + len(report.unchanged)
-    if loaded == 0 and not removed:
+    if report.ingested == 0 and not removed:
         why = f" ({len(skipped)} file(s) skipped)" if skipped else ""
         print(f"clew: nothing was ingested{why}", file=sys.stderr)
         return NOTHING_INGESTED

@@ -47,6 +47,7 @@ __all__ = [
     "load_pdf",
     "load_pptx",
     "table_rows",
+    "too_big",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,10 +76,15 @@ def _check_size(path: Path, limits: IngestLimits) -> None:
     except OSError as exc:
         raise LoadError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
     if size > limits.max_file_bytes:
-        raise LoadError(
-            f"{str(path)!r} is {size:,} bytes; allowed: at most {limits.max_file_bytes:,} bytes "
-            "(ingest.max_file_bytes)"
-        )
+        raise too_big(path, f"{size:,}", limits.max_file_bytes)
+
+
+def too_big(path: Path, size: str, max_bytes: int) -> LoadError:
+    """The error for a file over ``ingest.max_file_bytes`` (``size`` as it is known)."""
+    return LoadError(
+        f"{str(path)!r} is {size} bytes; allowed: at most {max_bytes:,} bytes "
+        "(ingest.max_file_bytes)"
+    )
 
 
 def _title(given: str | None, lines: Iterable[str], fallback: str) -> str:

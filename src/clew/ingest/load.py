@@ -42,6 +42,7 @@ from clew.ingest.formats import (
     load_docx,
     load_pdf,
     load_pptx,
+    too_big,
 )
 from clew.types import Document, SkippedFile
 
@@ -105,13 +106,6 @@ _MD_LINK = re.compile(
 _NON_BLANK = re.compile(r"\S")
 
 
-def _too_big(path: Path, size: str, max_bytes: int) -> LoadError:
-    return LoadError(
-        f"{str(path)!r} is {size} bytes; allowed: at most {max_bytes:,} bytes "
-        "(ingest.max_file_bytes)"
-    )
-
-
 def read_bytes(path: Path, max_bytes: int | None = None) -> bytes:
     """A file's bytes, refusing one over ``max_bytes`` (default: the default limit) by its size
     before reading it, and reading at most ``max_bytes + 1`` bytes whatever the size says (a
@@ -121,12 +115,12 @@ def read_bytes(path: Path, max_bytes: int | None = None) -> bytes:
         with path.open("rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size > limit:
-                raise _too_big(path, f"{size:,}", limit)
+                raise too_big(path, f"{size:,}", limit)
             data = f.read(limit + 1)
     except OSError as exc:
         raise LoadError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from exc
     if len(data) > limit:
-        raise _too_big(path, f"more than {limit:,}", limit)
+        raise too_big(path, f"more than {limit:,}", limit)
     return data
 
 

@@ -21,7 +21,6 @@ links for the graph.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,10 +117,6 @@ def _root(tree: LexborHTMLParser) -> Any:
     return tree.body if tree.body is not None else tree.root
 
 
-def _children(node: Any) -> Iterator[Any]:
-    return node.iter(include_text=True)  # type: ignore[no-any-return]
-
-
 def _table(node: Any) -> str:
     """A table's rows as ``header: value`` records (cells' own markup flattened)."""
     rows: list[list[str]] = []
@@ -184,7 +179,9 @@ def parse_page(source: str) -> Page:
         stack.append((node, True, article, pre))
         inner = article or tag == "article"
         inner_pre = pre + (1 if tag == "pre" else 0)
-        stack.extend((c, False, inner, inner_pre) for c in reversed(list(_children(node))))
+        stack.extend(
+            (c, False, inner, inner_pre) for c in reversed(list(node.iter(include_text=True)))
+        )
     lines = (line.rstrip(" \t") for line in "".join(parts).split("\n"))
     body = "\n".join(x[1:] if x.startswith(" ") and not x.startswith("  ") else x for x in lines)
     body = re.sub(r"\n{3,}", "\n\n", body).strip()

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from clew.ingest.analyze import analyze
 from clew.protocols import Matrix
+
+if TYPE_CHECKING:
+    from clew.engine import Engine
 
 
 class FakeHashEncoder:
@@ -39,3 +44,19 @@ class FakeHashEncoder:
             else:
                 out[i, 0] = 1.0
         return out
+
+
+def fake_engine(directory: str | Path, config: Any = None, *, create: bool = True) -> Engine:
+    """An engine on ``directory`` with the FAKE hash encoder and identifier-only concepts (no
+    model, no spaCy): fast, for tests of everything but retrieval quality."""
+    from clew.config import ConceptConfig
+    from clew.engine import Engine
+    from clew.ingest.concepts import ConceptExtractor
+
+    return Engine(
+        directory,
+        config,
+        create=create,
+        encoder=FakeHashEncoder(),
+        extractor=ConceptExtractor(ConceptConfig(spacy=False)),
+    )

@@ -12,11 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from clew.config import ConceptConfig
 from clew.ingest.analyze import STOP_WORDS, concept_key, words
-from clew.ingest.concepts import ConceptExtractor
 from clew.protocols import GraphRows
-from clew.testing.fakes import FakeHashEncoder
+from clew.testing.fakes import fake_engine
 
 __all__ = ["DenseGraph", "densified"]
 
@@ -35,14 +33,8 @@ class DenseGraph:
 def densified(directory: Path, *, label: Callable[[str], str] = str) -> DenseGraph:
     """Ingest the sample corpus into ``directory`` (FAKE hash encoder, no spaCy) and return its
     graph rows plus the shared words and word pairs as phrase concepts (``label(key)`` as label)."""
-    from clew import Engine
 
-    with Engine(
-        directory,
-        create=True,
-        encoder=FakeHashEncoder(),
-        extractor=ConceptExtractor(ConceptConfig(spacy=False)),
-    ) as engine:
+    with fake_engine(directory) as engine:
         engine.ingest([SAMPLE])
         base = engine.store.graph_rows()
         texts = {o: r.text for o, r in engine.store.fetch([o for o, _, _ in base.chunks]).items()}
