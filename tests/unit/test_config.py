@@ -24,6 +24,8 @@ def test_unknown_preset_lists_allowed() -> None:
 def test_validation_names_value_and_range() -> None:
     with pytest.raises(ConfigError, match=r"graph.max_hops=3 is invalid; allowed: 1 or 2"):
         EngineConfig().with_overrides(graph={"max_hops": 3})
+    with pytest.raises(ConfigError, match=r"graph.related_weighting='tf' .*allowed: count, pmi"):
+        EngineConfig().with_overrides(graph={"related_weighting": "tf"})
     with pytest.raises(ConfigError, match=r"unknown config field 'fusion\.rrfk'"):
         EngineConfig().with_overrides(fusion={"rrfk": 1})
     with pytest.raises(ConfigError, match="has type str"):
@@ -37,3 +39,14 @@ def test_yaml_loads_on_top_of_a_preset(tmp_path: Path) -> None:
     assert cfg.fusion.rrf_k == 10 and cfg.fusion.graph_weight == 0.0
     assert cfg.lexical.k1 == 1.2
     assert EngineConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_yaml_reads_exponent_floats_without_a_dot(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("graph: {ppr_epsilon: 3e-4, damping: .75}\nlexical: {k1: 1.2E+0}\n")
+    cfg = EngineConfig.from_yaml(f)
+    assert cfg.graph.ppr_epsilon == pytest.approx(3e-4) and cfg.graph.damping == 0.75
+    assert cfg.lexical.k1 == pytest.approx(1.2)
+    f.write_text("graph: {ppr_epsilon: 1e-x}\n")  # not a number: still the clear type error
+    with pytest.raises(ConfigError, match="ppr_epsilon='1e-x' has type str; allowed: float"):
+        EngineConfig.from_yaml(f)

@@ -46,3 +46,25 @@ def test_a_name_links_as_written() -> None:
 def test_plain_words_still_fold_and_link_fuzzily() -> None:
     assert linked("refund the payments") == [("payment", "exact")]
     assert linked("refund the paymnet") == [("payment", "fuzzy")]
+
+
+def test_pmi_ranks_related_concepts_by_co_occurrence_over_chance() -> None:
+    """`common` shares more chunks with the seed than `rare` does (3 against 2) but is in 19
+    chunks where `rare` is in 3: by count `common` is the related concept kept, by PMI `rare`."""
+    from clew.config import GraphConfig
+
+    concepts = [(1, "seed", "seed", "phrase"), (2, "common", "common", "phrase")]
+    concepts.append((3, "rare", "rare", "phrase"))
+    chunks = [(o, f"d{o}", 0) for o in range(100)]
+    mentions = [(o, 1, 1) for o in range(4)]
+    mentions += [(o, 2, 1) for o in (0, 1, 2, *range(10, 26))]
+    mentions += [(o, 3, 1) for o in (0, 1, 50)]
+    g = GraphIndex.build(GraphRows(concepts, mentions, chunks, []), len(chunks), release=1)
+    allowed = [True] * 100
+
+    def reached(weighting: str) -> set[int]:
+        cfg = GraphConfig(related_weighting=weighting, related_per_concept=1, pagerank_weight=0)
+        return {h.ordinal for h in g.search("seed", allowed, 40, cfg)}
+
+    assert 50 not in reached("count") and {10, 25} <= reached("count")
+    assert 50 in reached("pmi") and not {10, 25} & reached("pmi")

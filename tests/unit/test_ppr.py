@@ -162,3 +162,24 @@ def test_hidden_chunks_carry_no_mass(case: tuple) -> None:  # type: ignore[type-
         for h in got:
             trail = explain(full, walk, h.ordinal, PPR)
             assert all(mask[int(s.to[1:])] for s in trail.steps)
+
+
+def test_a_masks_view_is_built_once_and_the_least_recent_dropped() -> None:
+    from clew.index.ppr import VIEWS, allowed_view
+
+    g = graph()
+    first = everything(g)
+    first[5] = False
+    view = allowed_view(g, first)
+    assert allowed_view(g, first.copy()) is view  # keyed by the mask's content
+    assert not view.allow[5] and view.n_near[0] == 1  # chunk 0's neighbours: 1 (NEXT); 5 hidden
+    others = []
+    for i in range(VIEWS):
+        mask = everything(g)
+        mask[7 + i] = False
+        others.append(allowed_view(g, mask))
+    assert allowed_view(g, first) is not view  # the oldest of VIEWS + 1 was dropped
+    assert allowed_view(g, first).allow.tolist() == view.allow.tolist()
+    last = everything(g)
+    last[7 + VIEWS - 1] = False
+    assert allowed_view(g, last) is others[-1]

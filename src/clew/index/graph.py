@@ -15,9 +15,10 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +32,8 @@ from clew.ingest.concepts import find_identifiers, identifier_shaped
 from clew.links import CONCEPT_PREFIX, split_link
 from clew.protocols import GraphRows
 from clew.types import GraphTrail, LegHit
+
+T = TypeVar("T")
 
 Vector = npt.NDArray[np.float64]
 
@@ -129,6 +132,8 @@ class GraphIndex:
         self._adjacency: sp.csr_matrix | None = None
         self._present: npt.NDArray[np.bool_] | None = None
         self.max_words = 1
+        self._derived: OrderedDict[tuple[str, bytes], Any] = OrderedDict()
+        self._derived_lock = threading.Lock()
 
     # -- building ---------------------------------------------------------------------------
 
@@ -220,6 +225,22 @@ class GraphIndex:
                 {d: i for i, d in enumerate(docs)},
             )
         return self._layout
+
+    def derived(self, key: tuple[str, bytes], keep: int, build: Callable[[], T]) -> T:
+        """A structure derived from this graph and ``key`` (e.g. a mask's view for the PPR
+        leg), built on first use and cached; at most ``keep`` of a kind (``key[0]``) are kept,
+        the least recently used dropped first."""
+        with self._derived_lock:
+            if key in self._derived:
+                self._derived.move_to_end(key)
+                return cast(T, self._derived[key])
+        value = build()
+        with self._derived_lock:
+            self._derived[key] = value
+            same = [k for k in self._derived if k[0] == key[0]]
+            for old in same[: max(0, len(same) - keep)]:
+                del self._derived[old]
+        return value
 
     def present(self) -> npt.NDArray[np.bool_]:
         """Mask of the ordinals that are chunks of this graph (cached)."""
@@ -446,6 +467,12 @@ class GraphIndex:
                 hub_limit = max(20.0, config.hub_fraction * max(st.n_chunks, 1))
                 related[st.df > hub_limit] = 0.0
                 related[st.df < 2] = 0.0
+                if config.related_weighting == "pmi":  # co-occurrence over what chance gives
+                    expected = st.df * (float(hop1[reached].sum()) / max(st.n_chunks, 1))
+                    ratio = np.divide(
+                        related, expected, out=np.zeros_like(related), where=related > 0
+                    )
+                    related = np.log(np.maximum(ratio, 1.0))
                 keep = np.flatnonzero(related > 0)
                 if len(keep) > config.related_per_concept * len(linked):
                     cut = config.related_per_concept * len(linked)

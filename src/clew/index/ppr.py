@@ -30,8 +30,10 @@ concept or a passage) and the chunk-to-chunk steps, as graph expansion reports t
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -124,10 +126,8 @@ def personalized_pagerank(
     n_c = len(g.keys)
     if size == 0:
         return None
-    allow = np.zeros(size, dtype=bool)
-    upto = min(size, len(allowed))
-    allow[:upto] = allowed[:upto]
-    allow &= g.present()
+    view = allowed_view(g, allowed)
+    allow = view.allow
     st = stats or g.stats()
     hub_limit = max(20.0, cfg.hub_fraction * max(st.n_chunks, 1))
     stop_limit = max(20.0, cfg.stop_fraction * max(st.n_chunks, 1))
@@ -138,17 +138,12 @@ def personalized_pagerank(
     seed_k = np.zeros(n_c)
     for c in linked:
         row = g.key_to_row.get(c.key)
-        if row is not None and 0 < df[row] <= stop_limit:
-            seed_k[row] = max(seed_k[row], c.weight)
+        if row is not None and 0 < df[row] <= stop_limit and view.deg[row] > 0:
+            seed_k[row] = max(seed_k[row], c.weight)  # seeds only with an allowed chunk
     seed_c = np.zeros(size)
     for o, score in passages:
         if 0 <= o < size and allow[o] and score > 0:
             seed_c[o] = max(seed_c[o], float(score))
-    if seed_k.any():  # a concept none of whose allowed chunks is reachable seeds nothing
-        rows = np.flatnonzero(seed_k)
-        owner, chunks, _ = _gather(g.mentions.indptr, g.mentions.indices, None, rows)
-        reach = np.bincount(owner, allow[chunks], minlength=len(rows))
-        seed_k[rows[reach <= 0]] = 0.0
     total_k, total_c = float(seed_k.sum()), float(seed_c.sum())
     if total_k <= 0 and total_c <= 0:
         return None
@@ -158,59 +153,132 @@ def personalized_pagerank(
     if total_c > 0:
         seed_c *= share / total_c
 
-    adjacency = g.chunk_adjacency()
-    m, csc = g.mentions, g.mentions_csc
+    csc = g.mentions_csc
     walk_idf = walkable * idf
     restart = 1.0 - cfg.damping
     eps = cfg.ppr_epsilon
-    mass_k, mass_c = np.zeros(n_c), np.zeros(size)
-    r_k, r_c = seed_k.copy(), seed_c.copy()
-    for _ in range(cfg.ppr_iterations):
-        mass_k += restart * r_k
-        mass_c += restart * r_c
-        move_k, move_c = cfg.damping * r_k, cfg.damping * r_c
-        r_k, r_c = np.zeros(n_c), np.zeros(size)
+    moves = eps / cfg.damping  # a node moves its mass on while damping × mass > eps
+    visits_k, visits_c = seed_k.copy(), seed_c.copy()  # Σ over steps of the mass held
+    r_k, r_c = seed_k, seed_c
+    for step in range(cfg.ppr_iterations):
+        if step:
+            visits_k += r_k
+            visits_c += r_c
         lost = 0.0
-        rows = np.flatnonzero(move_k > eps)
+        to_k: list[tuple[npt.NDArray[np.int64], Vector]] = []
+        to_c: list[tuple[npt.NDArray[np.int64], Vector]] = []
+        rows = np.flatnonzero(r_k > moves)
         if len(rows):  # concept → the allowed chunks that mention it
-            owner, chunks, w = _gather(m.indptr, m.indices, m.data, rows)
-            w = w * allow[chunks]
-            deg = np.bincount(owner, w, minlength=len(rows))
-            flow = np.divide(move_k[rows], deg, out=np.zeros(len(rows)), where=deg > 0)
-            lost += float(move_k[rows][deg <= 0].sum())
-            r_c += np.bincount(chunks, w * flow[owner], minlength=size)
-        cols = np.flatnonzero(move_c > eps)
+            owner, chunks, w = _gather(view.m_indptr, view.m_indices, view.m_data, rows)
+            moving = cfg.damping * r_k[rows]
+            deg = view.deg[rows]
+            flow = np.divide(moving, deg, out=np.zeros(len(rows)), where=deg > 0)
+            lost += float(moving[deg <= 0].sum())
+            to_c.append((chunks, w * flow[owner]))
+        cols = np.flatnonzero(r_c > moves)
         if len(cols):  # chunk → its walkable concepts and its allowed neighbour chunks
             owner, concepts, w = _gather(csc.indptr, csc.indices, csc.data, cols)
             w = w * walk_idf[concepts]
             out_deg = np.bincount(owner, w, minlength=len(cols))
-            near_owner, near, _ = _gather(adjacency.indptr, adjacency.indices, None, cols)
-            keep = allow[near]
-            near_owner, near = near_owner[keep], near[keep]
-            n_near = np.bincount(near_owner, minlength=len(cols)).astype(np.float64)
+            n_near = view.n_near[cols]
             beta = np.where(n_near > 0, np.where(out_deg > 0, cfg.next_share, 1.0), 0.0)
-            moving = move_c[cols]
+            moving = cfg.damping * r_c[cols]
             has_k = out_deg > 0
-            to_k = np.divide(moving * (1.0 - beta), out_deg, out=np.zeros(len(cols)), where=has_k)
-            to_c = np.divide(moving * beta, n_near, out=np.zeros(len(cols)), where=n_near > 0)
+            k_flow = np.divide(moving * (1.0 - beta), out_deg, out=np.zeros(len(cols)), where=has_k)
+            c_flow = np.divide(moving * beta, n_near, out=np.zeros(len(cols)), where=n_near > 0)
             lost += float(moving[~has_k & (n_near <= 0)].sum())
-            r_k += np.bincount(concepts, w * to_k[owner], minlength=n_c)
+            to_k.append((concepts, w * k_flow[owner]))
+            near_owner, near, _ = _gather(view.adj_indptr, view.adj_indices, None, cols)
             if len(near):
-                r_c += np.bincount(near, to_c[near_owner], minlength=size)
+                to_c.append((near, c_flow[near_owner]))
+        r_k = _spread(to_k, n_c)
+        r_c = _spread(to_c, size)
         if lost > 0:  # a dead end: the walk restarts at the seeds
             r_k += lost * seed_k
             r_c += lost * seed_c
         if float(r_k.sum() + r_c.sum()) < eps:
             break
+    mass_k, mass_c = restart * visits_k, restart * visits_c
     if not cfg.ppr_keep_restart:  # a seed passage scores by what the walk brings it
         mass_c = np.maximum(mass_c - restart * seed_c, 0.0)
     mass_c[~allow] = 0.0
     return Walk(seed_k, seed_c, mass_k, mass_c, allow, walkable)
 
 
+@dataclass(frozen=True, slots=True)
+class AllowedView:
+    """What the walk needs of one caller's mask, computed once per mask and graph: the mask
+    (clipped to the graph's chunks), MENTIONS restricted to the allowed chunks with each
+    concept's total weight to them, and each chunk's allowed chunk neighbours."""
+
+    allow: npt.NDArray[np.bool_]
+    m_indptr: npt.NDArray[np.int64]
+    m_indices: npt.NDArray[np.int32]
+    m_data: Vector
+    deg: Vector
+    adj_indptr: npt.NDArray[np.int64]
+    adj_indices: npt.NDArray[np.int32]
+    n_near: Vector
+
+
+VIEWS = 8
+"""Masks whose :class:`AllowedView` a graph keeps (least recently used dropped first)."""
+
+
+def allowed_view(g: GraphIndex, allowed: Mask) -> AllowedView:
+    """The view of ``allowed`` over ``g`` (cached on the graph by the mask's content: the
+    same filter and scope on the same release cost one build)."""
+    size = g.mentions.shape[1]
+    allow = np.zeros(size, dtype=bool)
+    upto = min(size, len(allowed))
+    allow[:upto] = allowed[:upto]
+    allow &= g.present()
+    key = hashlib.blake2b(np.packbits(allow).tobytes(), digest_size=16).digest()
+    return g.derived(("ppr-view", key), VIEWS, lambda: _build_view(g, allow))
+
+
+def _build_view(g: GraphIndex, allow: npt.NDArray[np.bool_]) -> AllowedView:
+    m = g.mentions
+    keep = allow[m.indices]
+    rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))[keep]
+    indptr = np.zeros(m.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=m.shape[0]), out=indptr[1:])
+    data = m.data[keep].astype(np.float64)
+    deg = np.asarray(np.bincount(rows, data, minlength=m.shape[0]), dtype=np.float64)
+    adj = g.chunk_adjacency()
+    near = allow[adj.indices]
+    adj_rows = np.repeat(np.arange(adj.shape[0]), np.diff(adj.indptr))[near]
+    adj_indptr = np.zeros(adj.shape[0] + 1, dtype=np.int64)
+    counts = np.bincount(adj_rows, minlength=adj.shape[0])
+    np.cumsum(counts, out=adj_indptr[1:])
+    return AllowedView(
+        allow,
+        indptr,
+        m.indices[keep],
+        data,
+        deg,
+        adj_indptr,
+        adj.indices[near],
+        counts.astype(np.float64),
+    )
+
+
+def _spread(parts: list[tuple[npt.NDArray[np.int64], Vector]], size: int) -> Vector:
+    """The mass the parts' (node, mass) entries bring each of ``size`` nodes."""
+    parts = [p for p in parts if len(p[0])]  # (numpy counts an empty list in integers)
+    if not parts:
+        return np.zeros(size)
+    if len(parts) == 1:
+        nodes, mass = parts[0]
+    else:
+        nodes = np.concatenate([p[0] for p in parts])
+        mass = np.concatenate([p[1] for p in parts])
+    return np.asarray(np.bincount(nodes, mass, minlength=size), dtype=np.float64)
+
+
 def _gather(
-    indptr: npt.NDArray[np.int32],
-    indices: npt.NDArray[np.int32],
+    indptr: npt.NDArray[np.integer[Any]],
+    indices: npt.NDArray[np.integer[Any]],
     data: Vector | None,
     rows: npt.NDArray[np.int64],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], Vector]:
@@ -222,7 +290,7 @@ def _gather(
     owner = np.repeat(np.arange(len(rows)), lengths)
     offsets = np.cumsum(lengths) - lengths
     at = np.arange(total, dtype=np.int64) - np.repeat(offsets, lengths) + np.repeat(starts, lengths)
-    values = np.ones(total) if data is None else data[at].astype(np.float64)
+    values = np.ones(total) if data is None else np.asarray(data[at], dtype=np.float64)
     return owner, indices[at].astype(np.int64), values
 
 
