@@ -9,8 +9,9 @@ one JSON file per dataset. Exit status 1 when a gate fails.
 
 Rows: each leg alone, hybrid RRF, the default (hybrid + graph, routed), ``+expand`` (graph
 expansion on every query), ``+rerank-blend`` (the untrained feature blend), and
-``+rerank-features`` / ``+rerank-ce`` when their trained model is given (``clew
-train-reranker``; both are trained on the SciFact *train* split). The "reranker rule" table
+``+rerank-features`` (the given feature weights, else the ones clew ships: trained across six
+train/dev sets by ``bench/rerank.py --write``), ``+rerank-ce`` when a cross-encoder is given
+(``clew train-reranker`` on the SciFact *train* split). The "reranker rule" table
 shows, per slice, each reranker's change against the default on the gate metric (nDCG@10 for
 SciFact and NFCorpus, Recall@5 for the multi-hop sets): a reranker joins the default preset
 only if no slice drops by more than 0.01.
@@ -239,11 +240,11 @@ def main() -> int:
         "bench/results/router.md.",
         "",
         "Reproduce: `make eval` (= `python bench/quality.py --feature-model "
-        "eval/features-all.json`). The feature weights were made by `clew train-reranker "
-        "--kind features --dataset ../shared/data/scifact --split train --also "
-        "../shared/data/nfcorpus:dev --also ../shared/data/musique-train100:train --also "
-        "../shared/data/hotpotqa-train100:train --also eval/dev/support:dev --also "
-        "eval/dev/memory:dev --out DIR` (each set weighing the same); the `+rerank-ce` row "
+        "eval/features-all.json`). The feature weights (the same as the shipped "
+        "`clew/retrieve/reranker.json`) were made by `python bench/rerank.py --write`: "
+        "SciFact train, NFCorpus dev, musique-train100, hotpotqa-train100 and eval/dev "
+        "support and memory, each set weighing the same; leave-one-dataset-out figures in "
+        "bench/results/rerank.md. The `+rerank-ce` row "
         "needs `--rerank-model DIR` from `clew train-reranker --dataset ../shared/data/scifact "
         "--split train --out DIR` (about 22 min on 2 cores).",
         "",

@@ -330,7 +330,8 @@ class RerankConfig:
     """``none``, ``features`` (explainable, no LLM), ``cross-encoder`` or ``llm`` (grader)."""
     model: str = ""
     """cross-encoder: a model directory or cached hub name; features: a weights file from
-    ``clew train-reranker --kind features`` ("" = the untrained blend); llm: the model name."""
+    ``clew train-reranker --kind features`` ("" = the weights clew ships, trained across six
+    train/dev sets; ``blend`` = the untrained blend); llm: the model name."""
     pool: int = 40
     """Candidates the reranker scores (the top of the fused, expanded list)."""
     keep: int = 8

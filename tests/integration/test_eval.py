@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from clew.cli import main
+from clew.retrieve.rerank import FEATURES
 
 SCIFACT = Path(__file__).resolve().parents[3] / "shared" / "data" / "scifact"
 
@@ -86,6 +87,7 @@ def test_ablation_json_run_file_and_gates(
         "graph-walk",
         "+expand",
         "+rerank-blend",
+        "+rerank-features",  # the shipped weights: no model given
         "oracle-route",
     ]
     router = data["router"]["all"]
@@ -115,6 +117,9 @@ def test_ablation_json_run_file_and_gates(
     assert by["graph-walk"]["config"]["graph"]["method"] == "walk"
     assert by["default"]["config"]["graph"]["method"] == "auto"
     assert "rerank" in by["+rerank-blend"]["latency_ms"]
+    assert by["+rerank-blend"]["config"]["rerank"]["model"] == "blend"
+    shipped = by["+rerank-features"]["config"]["rerank"]
+    assert (shipped["kind"], shipped["model"]) == ("features", "")
     tokens = by["default"]["slices"]["all"]
     assert 0 < tokens["assembled_tokens"] <= tokens["undiversified_tokens"] <= 3200
     lines = [x.split() for x in (tmp_path / "run.default.txt").read_text().splitlines()]
@@ -169,7 +174,7 @@ def test_train_features_and_calibrate_then_evaluate(
     assert code == 0, err
     weights = json.loads((out_dir / "clew-features.json").read_text())
     assert weights["format"] == "clew-feature-reranker/1"
-    assert weights["features"][0] == "cosine" and len(weights["weights"]) == 8
+    assert weights["features"][0] == "cosine" and len(weights["weights"]) == len(FEATURES)
     assert weights["info"]["relevant"] > 0 and "feature weights written" in out
 
     cal = tmp_path / "abstain.json"

@@ -148,8 +148,19 @@ def test_missing_cross_encoder_falls_back_with_the_path(engine: Engine, tmp_path
 
 
 def test_feature_reranker_explains_every_hit(engine: Engine) -> None:
+    from clew.retrieve.rerank import shipped_feature_model
+
+    shipped = set(shipped_feature_model().features)
+    assert {"cosine", "bm25", "fused", "graph"} <= shipped
     result = engine.search("ERR-4413 expired key", k=5, config=cfg(rerank={"kind": "features"}))
     assert result.rerank is not None and result.rerank.ran
+    assert result.rerank.reranker == "features"  # the shipped weights
+    for h in result.hits:
+        assert h.rerank is not None
+        assert set(h.rerank.explain) == shipped
+    blend = cfg(rerank={"kind": "features", "model": "blend"})
+    result = engine.search("ERR-4413 expired key", k=5, config=blend)
+    assert result.rerank is not None and result.rerank.reranker == "features:blend"
     for h in result.hits:
         assert h.rerank is not None
         assert set(h.rerank.explain) == {"cosine", "concept_overlap", "pagerank"}

@@ -178,7 +178,7 @@ def test_ask_with_filter_expand_and_reranker(ui_env: Api) -> None:
     why = at.expander[0].dataframe[0].value
     [change] = [c for c in why["rerank change"] if c]
     assert re.fullmatch(r"\d+ → \d+ \((up \d+|down \d+|unchanged)\)", change)
-    assert why["leg"].iloc[-1] == "rerank (features:blend)"
+    assert why["leg"].iloc[-1] == "rerank (features)"  # the shipped weights
 
 
 @pytest.mark.slow

@@ -109,6 +109,14 @@ def test_quick_start_in_a_core_venv(core_venv: CoreVenv) -> None:
     assert top["doc_id"] == "error-codes.md" and "ERR-4413" in top["text"], found["hits"]
     assert {"lexical", "dense"} <= {c["leg"] for c in top["contributions"]}
 
+    reranked = json.loads(  # the shipped feature weights travel in the wheel
+        core_venv.run(
+            core_venv.clew, "search", "ERR-4413", "--index", index, "--json", "--rerank", "features"
+        ).stdout
+    )
+    assert reranked["rerank"]["ran"] is True, reranked["rerank"]
+    assert reranked["rerank"]["reranker"] == "features"
+
     answer = json.loads(
         core_venv.run(
             core_venv.clew, "ask", "What does ERR-4413 mean?", "--index", index, "--json"

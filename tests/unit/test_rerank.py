@@ -146,3 +146,45 @@ def test_feature_weights_file_errors_name_the_file(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"format": "other"}))
     with pytest.raises(ModelError, match="is not a"):
         load_feature_model(bad)
+
+
+def test_a_weights_file_may_use_a_subset_of_the_features_in_any_order(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    names = ("graph", "cosine", "bm25")  # e.g. a file fitted before `fused` existed, reordered
+    x = rng.normal(size=(300, len(names)))
+    y = (x[:, 0] - x[:, 2] > 0).astype(float)
+    model = fit_logistic(x, y, names, info={})
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(model.to_json(FORMAT)))
+    reranker = FeatureReranker(load_feature_model(path))
+    feats = [{"cosine": 0.0, "bm25": 0.0, "graph": g, "fused": 9.0} for g in (0.0, 1.0)]
+    got = reranker.score("q", [RerankCandidate(str(i), "", "", f) for i, f in enumerate(feats)])
+    assert got.scores[1] > got.scores[0]  # the graph column is read by name, not position
+    assert set(got.explain[0]) == set(names)
+
+    data = json.loads(path.read_text())
+    data["features"] = ["graph", "cosine", "warp"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ModelError, match=r"'warp' unknown.*retrain it"):
+        load_feature_model(path)
+    data["features"] = ["graph", "graph", "bm25"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ModelError, match="fitted on features"):
+        load_feature_model(path)
+
+
+def test_leg_features_carry_the_fused_share_and_the_graph_rank() -> None:
+    from clew.retrieve.rerank import leg_features
+
+    f = Fused(
+        3,
+        0.5,
+        (Contribution("lexical", 2, 7.0, 0.3), Contribution("graph", 4, 0.01, 0.2)),
+        None,
+    )
+    got = leg_features(f, top_score=2.0)
+    assert got["fused"] == pytest.approx(0.25)
+    assert got["graph"] == pytest.approx(0.25)
+    assert got["best_rank"] == pytest.approx(0.5) and got["legs"] == 2.0
+    plain = leg_features(Fused(1, 0.5, (Contribution("dense", 1, 0.9, 0.5),), None))
+    assert plain["graph"] == 0.0 and plain["fused"] == 0.0

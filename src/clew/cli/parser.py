@@ -279,7 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="lexical, dense, graph alone, hybrid RRF, hybrid + graph, +expand, +rerank-*",
     )
     ev.add_argument("--rerank-model", help="cross-encoder directory for the +rerank-ce row")
-    ev.add_argument("--feature-model", help="feature weights for the +rerank-features row")
+    ev.add_argument(
+        "--feature-model",
+        help="feature weights for the +rerank-features row (default: the ones clew ships)",
+    )
     ev.add_argument("--split", default="test")
     ev.add_argument("--k", type=int, default=10, help="cut-off for context tokens (default 10)")
     ev.add_argument("--limit", type=int, default=None, help="evaluate the first N queries only")

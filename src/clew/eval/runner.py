@@ -46,8 +46,8 @@ alone, the default (rules, then the learned leg weights). ``--ablate`` adds ``or
 EXTRAS: tuple[str, ...] = ("-graph", "graph-walk", "+expand", "+rerank-blend")
 """Rows after the ablation: the default without its graph leg, the default with the previous
 graph leg (the hop walk instead of PageRank), default + graph expansion, default + the
-untrained feature blend. ``configs_for`` adds ``+rerank-features`` and ``+rerank-ce`` when
-given trained models."""
+untrained feature blend. ``configs_for`` adds ``+rerank-features`` (the given weights, else the
+shipped ones) and ``+rerank-ce`` when given a cross-encoder."""
 ASSEMBLE_FROM = 20
 """Hits the assembler sees per query (as ``clew ask`` does)."""
 ALL = "all"
@@ -391,9 +391,10 @@ def variant(name: str, models: Mapping[str, str] | None = None) -> EngineConfig:
     if name == "+expand":
         return default.with_overrides(expand={"enabled": True})
     if name == "+rerank-blend":
-        return default.with_overrides(rerank={"kind": "features", "model": ""})
-    if name == "+rerank-features":
-        return default.with_overrides(rerank={"kind": "features", "model": models["features"]})
+        return default.with_overrides(rerank={"kind": "features", "model": "blend"})
+    if name == "+rerank-features":  # without a model given: the weights clew ships
+        model = models.get("features", "")
+        return default.with_overrides(rerank={"kind": "features", "model": model})
     if name == "+rerank-ce":
         return default.with_overrides(
             rerank={"kind": "cross-encoder", "model": models["cross-encoder"]}
@@ -411,12 +412,8 @@ def configs_for(
     hybrid, the default, then +expand and each reranker)."""
     models = models or {}
     names = list(ABLATIONS) + list(EXTRAS) if ablate else (list(presets) or ["default"])
-    if ablate:
-        names += [
-            n
-            for n, key in (("+rerank-features", "features"), ("+rerank-ce", "cross-encoder"))
-            if key in models
-        ]
+    if ablate:  # the feature reranker's shipped weights when none are given
+        names += ["+rerank-features"] + (["+rerank-ce"] if "cross-encoder" in models else [])
     out = []
     for name in dict.fromkeys(names):
         cfg = variant(name, models)

@@ -52,15 +52,31 @@ class LogisticModel:
 
     @classmethod
     def from_json(
-        cls, data: Mapping[str, Any], *, fmt: str, features: Sequence[str], source: str, redo: str
+        cls,
+        data: Mapping[str, Any],
+        *,
+        fmt: str,
+        features: Sequence[str],
+        source: str,
+        redo: str,
+        subset: bool = False,
     ) -> LogisticModel:
-        """Load and check: the file's format and feature list must match this clew's."""
+        """Load and check: the file's format and feature list must match this clew's (with
+        ``subset``, the file may use any of ``features``, each once, in any order)."""
         if data.get("format") != fmt:
             raise ModelError(f"{source!r} is not a {fmt} file")
-        if list(data.get("features", ())) != list(features):
+        found = [str(f) for f in data.get("features", ())]
+        fits = (
+            bool(found) and set(found) <= set(features) and len(set(found)) == len(found)
+            if subset
+            else found == list(features)
+        )
+        if not fits:
+            unknown = [f for f in found if f not in features]
             raise ModelError(
-                f"{source!r} was fitted on features {data.get('features')}; this clew computes "
-                f"{list(features)}: {redo}"
+                f"{source!r} was fitted on features {data.get('features')}"
+                + (f" ({', '.join(map(repr, unknown))} unknown)" if unknown else "")
+                + f"; this clew computes {list(features)}: {redo}"
             )
         try:
             return cls(

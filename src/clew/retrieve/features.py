@@ -41,6 +41,7 @@ def features(
     pr = g.pagerank_chunk if scoped is None else scoped.graph.pagerank_chunk
     times = [parse_time(str(rows[o].metadata.get("created_at", ""))) for o in ords.tolist()]
     fresh = recency(times)
+    top_score = max((f.score for f in head), default=0.0)
     out = []
     for i, f in enumerate(head):
         o = f.ordinal
@@ -55,7 +56,7 @@ def features(
                 "concept_overlap": overlap,
                 "pagerank": float(pr[o]) if o < len(pr) else 0.0,
                 "recency": fresh[i],
-                **leg_features(f),
+                **leg_features(f, top_score),
             }
         )
     return out

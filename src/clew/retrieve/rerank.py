@@ -11,18 +11,22 @@ Scores stay monotone with the order: the reranked hits take over the fused score
 the head in their new order, and a ``rerank`` contribution records the change, so the
 assembler's score floor still reads "half the top score" and provenance is never overwritten.
 
-Feature reranker: per candidate a fixed set of named signals (:data:`FEATURES`). Untrained, it
-is the blend 0.60·cosine + 0.25·concept overlap + 0.15·PageRank, each min-max scaled over the
-candidate set. Trained (``clew train-reranker --kind features``), it is a logistic regression
-over standardized features; each feature's contribution (weight × standardized value) is shown.
+Feature reranker: per candidate a fixed set of named signals (:data:`FEATURES`). By default
+(``rerank.model: ""``) it is the logistic regression clew ships (:data:`SHIPPED`), trained across
+six train/dev sets; ``clew train-reranker --kind features`` fits one on your data. Each
+feature's contribution (weight × standardized value) is shown. ``rerank.model: blend`` is the
+untrained blend 0.60·cosine + 0.25·concept overlap + 0.15·PageRank, each min-max scaled over
+the candidate set.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -44,10 +48,15 @@ FEATURES: tuple[str, ...] = (
     "pagerank",
     "hops",
     "recency",
+    "fused",
+    "graph",
 )
-"""Feature order of the feature reranker and its weights file."""
+"""The features the feature reranker computes, in the order ``clew train-reranker`` fits them;
+a weights file may use any of them (files fitted before ``fused`` and ``graph`` existed load)."""
 BLEND: dict[str, float] = {"cosine": 0.60, "concept_overlap": 0.25, "pagerank": 0.15}
 """The untrained preset: weights of min-max scaled features."""
+BLEND_MODEL = "blend"
+"""``rerank.model`` of the untrained blend (``""`` is the shipped trained weights)."""
 LEG = "rerank"
 FORMAT = "clew-feature-reranker/1"
 
@@ -110,14 +119,18 @@ def rerank(
 # -- features ----------------------------------------------------------------------------------
 
 
-def leg_features(f: Fused) -> dict[str, float]:
-    """The features a fused candidate carries itself: legs, best leg rank, hop distance."""
+def leg_features(f: Fused, top_score: float = 0.0) -> dict[str, float]:
+    """The features a fused candidate carries itself: legs, best leg rank, hop distance, its
+    fused score as a share of the pool's best (``top_score``), and 1 / its graph leg rank."""
     leg_ranks = [c.rank for c in f.contributions if c.leg in LEGS]
     hops = min((p.hops for p in f.expansion), default=0) if not leg_ranks else 0
+    graph_ranks = [c.rank for c in f.contributions if c.leg == "graph"]
     return {
         "legs": float(len({c.leg for c in f.contributions if c.leg in LEGS})),
         "best_rank": 1.0 / min(leg_ranks) if leg_ranks else 0.0,
         "hops": float(hops),
+        "fused": max(0.0, f.score) / top_score if top_score > 0 else 0.0,
+        "graph": 1.0 / min(graph_ranks) if graph_ranks else 0.0,
     }
 
 
@@ -128,11 +141,13 @@ def _minmax(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     return (values - lo) / (hi - lo)
 
 
-def _matrix(candidates: Sequence[RerankCandidate]) -> npt.NDArray[np.float64]:
+def _matrix(
+    candidates: Sequence[RerankCandidate], names: Sequence[str] = FEATURES
+) -> npt.NDArray[np.float64]:
     return np.array(
-        [[float(c.features.get(name, 0.0)) for name in FEATURES] for c in candidates],
+        [[float(c.features.get(name, 0.0)) for name in names] for c in candidates],
         dtype=np.float64,
-    ).reshape(len(candidates), len(FEATURES))
+    ).reshape(len(candidates), len(names))
 
 
 class BlendReranker:
@@ -165,21 +180,23 @@ def load_feature_model(path: str | Path) -> LogisticModel:
             "file (or directory) written by 'clew train-reranker --kind features'"
         ) from exc
     return LogisticModel.from_json(
-        data, fmt=FORMAT, features=FEATURES, source=str(p), redo="retrain it"
+        data, fmt=FORMAT, features=FEATURES, source=str(p), redo="retrain it", subset=True
     )
 
 
 class FeatureReranker:
-    """Trained logistic regression over :data:`FEATURES`; explains each feature's part."""
+    """Trained logistic regression over :data:`FEATURES`; explains each feature's part. Its
+    version is ``features-`` + the first 12 hex digits of the SHA-256 of its weights."""
 
     def __init__(self, model: LogisticModel, name: str = "features") -> None:
         self.model = model
         self.name = name
-        self.version = str(model.info.get("digest", ""))
+        canonical = json.dumps(model.to_json(FORMAT), sort_keys=True, separators=(",", ":"))
+        self.version = "features-" + hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
     def score(self, query: str, candidates: Sequence[RerankCandidate]) -> RerankScores:
         m = self.model
-        parts = m.parts(_matrix(candidates))
+        parts = m.parts(_matrix(candidates, m.features))
         total = parts.sum(axis=1) + m.bias
         explain = tuple(
             {name: round(float(parts[i, j]), 6) for j, name in enumerate(m.features)}
@@ -197,11 +214,24 @@ def recency(values: Sequence[float | None]) -> list[float]:
     return [0.0 if v is None else (1.0 if hi - lo <= 0 else (v - lo) / (hi - lo)) for v in values]
 
 
+SHIPPED = Path(__file__).with_name("reranker.json")
+"""The feature weights clew ships (``rerank.model: ""``): fitted by ``bench/rerank.py --write``
+on six train/dev sets, each weighing the same; test splits never read."""
+
+
+@lru_cache(maxsize=1)
+def shipped_feature_model() -> LogisticModel:
+    """The shipped feature weights, read once per process."""
+    return load_feature_model(SHIPPED)
+
+
 def build_reranker(config: RerankConfig) -> Reranker:
     """The reranker a config names. Loading errors propagate (the engine then falls back)."""
     if config.kind == "features":
-        if not config.model:
+        if config.model == BLEND_MODEL:
             return BlendReranker()
+        if not config.model:
+            return FeatureReranker(shipped_feature_model(), name="features")
         return FeatureReranker(load_feature_model(config.model), name=f"features:{config.model}")
     if config.kind == "cross-encoder":
         from clew.models.cross_encoder import CrossEncoderReranker

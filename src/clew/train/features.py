@@ -137,6 +137,7 @@ def fit_features_across(
     ],
     *,
     l2: float = 1.0,
+    features: Sequence[str] = FEATURES,
 ) -> LogisticModel:
     """One feature reranker from several train sets' :func:`feature_rows` (name, x, y), each
     set weighing the same however many candidates it has (rows scaled so the total is the
@@ -153,4 +154,4 @@ def fit_features_across(
         "l2": l2,
         "balanced": "each dataset weighs the same",
     }
-    return fit_logistic(x, y, FEATURES, l2=l2, info=info, sample_weight=weight)
+    return fit_logistic(x, y, features, l2=l2, info=info, sample_weight=weight)
