@@ -183,3 +183,27 @@ def test_a_masks_view_is_built_once_and_the_least_recent_dropped() -> None:
     last = everything(g)
     last[7 + VIEWS - 1] = False
     assert allowed_view(g, last) is others[-1]
+
+
+def test_every_chunk_shares_the_graphs_arrays_and_views_stay_in_a_byte_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from clew.index import ppr as ppr_module
+    from clew.index.ppr import allowed_view
+
+    g = graph()
+    full = allowed_view(g, everything(g))
+    assert full.m_indices is g.mentions.indices and full.adj_indices is g.chunk_adjacency().indices
+    hidden = everything(g)
+    hidden[40] = False  # a chunk no edge touches: same walk, but a view of its own
+    part = allowed_view(g, hidden)
+    assert part.m_indices is not g.mentions.indices
+    assert part.m_indices.tolist() == full.m_indices.tolist()
+    assert part.deg.tolist() == full.deg.tolist() and part.n_near.tolist() == full.n_near.tolist()
+    assert full.owned < part.owned
+    monkeypatch.setattr(ppr_module, "VIEW_BUDGET", 1e-9)  # room for the newest view only
+    monkeypatch.setattr(ppr_module, "VIEW_FLOOR", 0)
+    g2 = graph()
+    first = allowed_view(g2, hidden)
+    allowed_view(g2, everything(g2))
+    assert allowed_view(g2, hidden) is not first  # dropped for the newer one

@@ -132,7 +132,7 @@ class GraphIndex:
         self._adjacency: sp.csr_matrix | None = None
         self._present: npt.NDArray[np.bool_] | None = None
         self.max_words = 1
-        self._derived: OrderedDict[tuple[str, bytes], Any] = OrderedDict()
+        self._derived: OrderedDict[tuple[str, bytes], tuple[Any, int]] = OrderedDict()
         self._derived_lock = threading.Lock()
 
     # -- building ---------------------------------------------------------------------------
@@ -226,20 +226,31 @@ class GraphIndex:
             )
         return self._layout
 
-    def derived(self, key: tuple[str, bytes], keep: int, build: Callable[[], T]) -> T:
+    def derived(
+        self,
+        key: tuple[str, bytes],
+        keep: int,
+        build: Callable[[], T],
+        *,
+        nbytes: Callable[[T], int] = lambda value: 0,
+        budget: int = 0,
+    ) -> T:
         """A structure derived from this graph and ``key`` (e.g. a mask's view for the PPR
-        leg), built on first use and cached; at most ``keep`` of a kind (``key[0]``) are kept,
-        the least recently used dropped first."""
+        leg), built on first use and cached. Of a kind (``key[0]``) at most ``keep`` are kept
+        and, with a ``budget``, at most that many bytes (``nbytes`` of each) beyond the newest
+        one; the least recently used go first."""
         with self._derived_lock:
             if key in self._derived:
                 self._derived.move_to_end(key)
-                return cast(T, self._derived[key])
+                return cast(T, self._derived[key][0])
         value = build()
         with self._derived_lock:
-            self._derived[key] = value
+            self._derived[key] = (value, nbytes(value))
             same = [k for k in self._derived if k[0] == key[0]]
-            for old in same[: max(0, len(same) - keep)]:
-                del self._derived[old]
+            total = sum(self._derived[k][1] for k in same)
+            while len(same) > 1 and (len(same) > keep or (budget and total > budget)):
+                old = same.pop(0)
+                total -= self._derived.pop(old)[1]
         return value
 
     def present(self) -> npt.NDArray[np.bool_]:

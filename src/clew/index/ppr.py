@@ -212,17 +212,25 @@ class AllowedView:
     concept's total weight to them, and each chunk's allowed chunk neighbours."""
 
     allow: npt.NDArray[np.bool_]
-    m_indptr: npt.NDArray[np.int64]
-    m_indices: npt.NDArray[np.int32]
-    m_data: Vector
+    m_indptr: npt.NDArray[np.integer[Any]]
+    m_indices: npt.NDArray[np.integer[Any]]
+    m_data: npt.NDArray[np.floating[Any]]
     deg: Vector
-    adj_indptr: npt.NDArray[np.int64]
-    adj_indices: npt.NDArray[np.int32]
+    adj_indptr: npt.NDArray[np.integer[Any]]
+    adj_indices: npt.NDArray[np.integer[Any]]
     n_near: Vector
+    owned: int = 0
+    """Bytes this view holds of its own (a view of every chunk shares the graph's arrays)."""
 
 
 VIEWS = 8
 """Masks whose :class:`AllowedView` a graph keeps (least recently used dropped first)."""
+VIEW_BUDGET = 2.0
+"""The views of one graph hold at most this many times the graph's own MENTIONS and chunk
+adjacency bytes, or :data:`VIEW_FLOOR` if more (beyond the newest view), so memory stays
+bounded however many scopes ask."""
+VIEW_FLOOR = 32 << 20
+"""Bytes the views of a small graph may always hold."""
 
 
 def allowed_view(g: GraphIndex, allowed: Mask) -> AllowedView:
@@ -234,33 +242,43 @@ def allowed_view(g: GraphIndex, allowed: Mask) -> AllowedView:
     allow[:upto] = allowed[:upto]
     allow &= g.present()
     key = hashlib.blake2b(np.packbits(allow).tobytes(), digest_size=16).digest()
-    return g.derived(("ppr-view", key), VIEWS, lambda: _build_view(g, allow))
+    m, adj = g.mentions, g.chunk_adjacency()
+    own = sum(a.nbytes for a in (m.indptr, m.indices, m.data, adj.indptr, adj.indices))
+    return g.derived(
+        ("ppr-view", key),
+        VIEWS,
+        lambda: _build_view(g, allow),
+        nbytes=lambda view: view.owned,
+        budget=max(1, int(VIEW_BUDGET * own), VIEW_FLOOR),
+    )
 
 
 def _build_view(g: GraphIndex, allow: npt.NDArray[np.bool_]) -> AllowedView:
     m = g.mentions
+    adj = g.chunk_adjacency()
+    if int(allow.sum()) == int(g.present().sum()):  # every chunk: the graph's own arrays
+        rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
+        weights = m.data.astype(np.float64)  # (float64 once, not on every step's gather)
+        deg = np.asarray(np.bincount(rows, weights, minlength=m.shape[0]), dtype=np.float64)
+        n_near = np.diff(adj.indptr).astype(np.float64)
+        owned = allow.nbytes + weights.nbytes + deg.nbytes + n_near.nbytes
+        return AllowedView(
+            allow, m.indptr, m.indices, weights, deg, adj.indptr, adj.indices, n_near, owned
+        )
     keep = allow[m.indices]
     rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))[keep]
     indptr = np.zeros(m.shape[0] + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=m.shape[0]), out=indptr[1:])
     data = m.data[keep].astype(np.float64)
     deg = np.asarray(np.bincount(rows, data, minlength=m.shape[0]), dtype=np.float64)
-    adj = g.chunk_adjacency()
     near = allow[adj.indices]
     adj_rows = np.repeat(np.arange(adj.shape[0]), np.diff(adj.indptr))[near]
     adj_indptr = np.zeros(adj.shape[0] + 1, dtype=np.int64)
     counts = np.bincount(adj_rows, minlength=adj.shape[0])
     np.cumsum(counts, out=adj_indptr[1:])
-    return AllowedView(
-        allow,
-        indptr,
-        m.indices[keep],
-        data,
-        deg,
-        adj_indptr,
-        adj.indices[near],
-        counts.astype(np.float64),
-    )
+    parts = (allow, indptr, m.indices[keep], data, deg, adj_indptr, adj.indices[near])
+    n_near = counts.astype(np.float64)
+    return AllowedView(*parts, n_near, sum(a.nbytes for a in parts) + n_near.nbytes)
 
 
 def _spread(parts: list[tuple[npt.NDArray[np.int64], Vector]], size: int) -> Vector:
@@ -279,7 +297,7 @@ def _spread(parts: list[tuple[npt.NDArray[np.int64], Vector]], size: int) -> Vec
 def _gather(
     indptr: npt.NDArray[np.integer[Any]],
     indices: npt.NDArray[np.integer[Any]],
-    data: Vector | None,
+    data: npt.NDArray[np.floating[Any]] | None,
     rows: npt.NDArray[np.int64],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], Vector]:
     """The entries of compressed rows ``rows``: (position in ``rows``, column, value) each,
