@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -205,6 +206,7 @@ def main() -> int:
         f"Run time {(time.perf_counter() - started) / 60:.1f} min. Reproduce: "
         f"`python bench/rerank.py{' --write' if args.write else ''}`.",
     ]
+    shutil.rmtree(tmp, ignore_errors=True)
     out = ROOT / "bench" / "results" / "rerank.md"
     out.write_text(
         "# The feature reranker across sets\n\n" + "\n".join(lines) + "\n", encoding="utf-8"

@@ -237,8 +237,8 @@ class GraphIndex:
     ) -> T:
         """A structure derived from this graph and ``key`` (e.g. a mask's view for the PPR
         leg), built on first use and cached. Of a kind (``key[0]``) at most ``keep`` are kept
-        and, with a ``budget``, at most that many bytes (``nbytes`` of each) beyond the newest
-        one; the least recently used go first."""
+        and, with a ``budget``, at most that many bytes in all (``nbytes`` of each); the least
+        recently used go first, the newest stays whatever its size."""
         with self._derived_lock:
             if key in self._derived:
                 self._derived.move_to_end(key)

@@ -227,8 +227,8 @@ VIEWS = 8
 """Masks whose :class:`AllowedView` a graph keeps (least recently used dropped first)."""
 VIEW_BUDGET = 2.0
 """The views of one graph hold at most this many times the graph's own MENTIONS and chunk
-adjacency bytes, or :data:`VIEW_FLOOR` if more (beyond the newest view), so memory stays
-bounded however many scopes ask."""
+adjacency bytes, or :data:`VIEW_FLOOR` if more (the newest view stays whatever its size), so
+memory stays bounded however many scopes ask."""
 VIEW_FLOOR = 32 << 20
 """Bytes the views of a small graph may always hold."""
 
