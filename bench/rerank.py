@@ -4,7 +4,8 @@ the slice rule that decides whether it joins the default preset.
     python bench/rerank.py [--write] [--l2 1.0] [--sets NAME ...] [--features NAME ...]
 
 1. Feature rows (every reranker candidate of every judged query, with its label) are collected
-   once per train/dev set with the default pipeline and cached under ``bench/.work/rerank/``.
+   once per train/dev set with the default pipeline and cached under ``bench/.work/rerank/``,
+   keyed by the corpus, the config, the router model and the feature names.
 2. One model is fitted on all six sets (each weighing the same); ``--write`` saves it as
    ``eval/features-all.json`` and as the model clew ships (``src/clew/retrieve/reranker.json``).
 3. Leave one dataset out: for each train/dev set, a model fitted on the other five reranks that
@@ -20,6 +21,7 @@ feature is worth). Output: ``bench/results/rerank.md``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -32,9 +34,10 @@ from typing import Any
 import numpy as np
 
 from clew.config import EngineConfig, preset_config
-from clew.eval.datasets import load_dataset
-from clew.eval.runner import open_index, run_eval
+from clew.eval.datasets import Dataset, load_dataset
+from clew.eval.runner import ingest_key, open_index, run_eval
 from clew.models.logistic import LogisticModel
+from clew.retrieve.adaptive import load_router
 from clew.retrieve.rerank import FEATURES, FORMAT
 from clew.train.features import feature_rows, fit_features_across
 
@@ -65,23 +68,42 @@ def dataset_dir(name: str) -> Path:
     return own if own.is_dir() else DATA / name
 
 
+def rows_key(dataset: Dataset, config: EngineConfig) -> str:
+    """What the rows depend on: the corpus and ingest settings, the queries and judgements,
+    the retrieval config, the router model and the feature names (a change to any collects
+    the rows again)."""
+    body = json.dumps(
+        [
+            ingest_key(dataset, config),
+            [(q.qid, q.text, q.filter) for q in dataset.queries],
+            dataset.qrels,
+            config.to_dict(),
+            load_router(config.router.model).version,
+            FEATURES,
+        ],
+        sort_keys=True,
+    )
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
 def rows_of(name: str, split: str, config: EngineConfig) -> Rows:
-    """The feature rows of one train/dev set (cached; the cache records the feature names)."""
+    """The feature rows of one train/dev set (cached under :func:`rows_key`)."""
     if split == "test":
         raise SystemExit(f"{name}:{split}: the reranker never trains on a test split")
+    dataset = load_dataset(dataset_dir(name), split)
+    key = rows_key(dataset, config)
     cache = WORK / f"{name}-{split}.npz"
     if cache.is_file():
         data = np.load(cache)
-        if tuple(str(f) for f in data["features"]) == FEATURES:
+        if "key" in data.files and str(data["key"]) == key:
             return f"{name}:{split}", data["x"], data["y"]
-    dataset = load_dataset(dataset_dir(name), split)
     engine = open_index(dataset, config, progress=True)
     try:
         x, y = feature_rows(engine, dataset, config, progress=True)
     finally:
         engine.close()
     WORK.mkdir(parents=True, exist_ok=True)
-    np.savez(cache, x=x, y=y, features=np.array(FEATURES))
+    np.savez(cache, x=x, y=y, key=np.array(key))
     return f"{name}:{split}", x, y
 
 
