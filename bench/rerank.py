@@ -121,20 +121,26 @@ def save(model: LogisticModel, path: Path) -> None:
 
 
 def compare(
-    name: str, split: str, metric: str, model_path: Path, config: EngineConfig
-) -> dict[str, dict[str, float]]:
-    """Slice → {default, rerank, n} of the gate metric on one set."""
+    name: str, split: str, metric: str, models: dict[str, Path], config: EngineConfig
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Per model label: slice → {default, rerank, n} of the gate metric on one set (one eval
+    run: the default once, then each model on top of it)."""
     dataset = load_dataset(dataset_dir(name), split)
-    reranked = config.with_overrides(rerank={"kind": "features", "model": str(model_path)})
-    result = run_eval(dataset, [("default", config), ("rerank", reranked)])
-    table = result.table()
+    configs = [("default", config)] + [
+        (label, config.with_overrides(rerank={"kind": "features", "model": str(path)}))
+        for label, path in models.items()
+    ]
+    table = run_eval(dataset, configs).table()
     return {
-        s: {
-            "default": table["default"][s][metric],
-            "rerank": table["rerank"][s][metric],
-            "n": table["default"][s]["n"],
+        label: {
+            s: {
+                "default": table["default"][s][metric],
+                "rerank": table[label][s][metric],
+                "n": table["default"][s]["n"],
+            }
+            for s in table["default"]
         }
-        for s in table["default"]
+        for label in models
     }
 
 
@@ -187,32 +193,38 @@ def main() -> int:
         ),
         "",
     ]
-    failed: list[str] = []
+    got: dict[tuple[str, str], dict[str, dict[str, dict[str, float]]]] = {}
+    for i, (name, split, metric) in enumerate((*TRAIN, *TEST)):
+        models = {"all": everything}
+        if i < len(TRAIN) and not args.skip_lodo:
+            models["lodo"] = tmp / f"without-{name}.json"
+            save(fit([r for j, r in enumerate(rows) if j != i], names, args.l2), models["lodo"])
+        got[(name, split)] = compare(name, split, metric, models, config)
+        overall = {label: result["all"] for label, result in got[(name, split)].items()}
+        print(f"{name} {split}: {overall}", flush=True)
+    header = [
+        "| set | slice | n | metric | default | + rerank | change |",
+        "|---|---|---|---|---|---|---|",
+    ]
     if not args.skip_lodo:
         lines += [
             "## Leave one dataset out (train/dev sets; the model fitted on the other five)",
             "",
-            "| set | slice | n | metric | default | + rerank | change |",
-            "|---|---|---|---|---|---|---|",
+            *header,
         ]
-        for i, (name, split, metric) in enumerate(TRAIN):
-            held = tmp / f"without-{name}.json"
-            save(fit([r for j, r in enumerate(rows) if j != i], names, args.l2), held)
-            got = compare(name, split, metric, held, config)
-            lines += rule_rows(f"{name} ({split})", metric, got)
-            print(f"lodo {name}: {got['all']}", flush=True)
+        for name, split, metric in TRAIN:
+            lines += rule_rows(f"{name} ({split})", metric, got[(name, split)]["lodo"])
         lines.append("")
     lines += [
         "## Every set with the model fitted on all six (test splits reported, not tuned on)",
         "",
-        "| set | slice | n | metric | default | + rerank | change |",
-        "|---|---|---|---|---|---|---|",
+        *header,
     ]
+    failed: list[str] = []
     for name, split, metric in (*TEST, *TRAIN):
-        got = compare(name, split, metric, everything, config)
-        lines += rule_rows(f"{name} ({split})", metric, got)
-        failed += [f"{name}/{s}" for s in fails(got)]
-        print(f"all-model {name} {split}: {got['all']}", flush=True)
+        result = got[(name, split)]["all"]
+        lines += rule_rows(f"{name} ({split})", metric, result)
+        failed += [f"{name}/{s}" for s in fails(result)]
     verdict = (
         "passes the slice rule on every set and slice"
         if not failed

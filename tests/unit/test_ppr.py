@@ -185,7 +185,7 @@ def test_a_masks_view_is_built_once_and_the_least_recent_dropped() -> None:
     assert allowed_view(g, last) is others[-1]
 
 
-def test_every_chunk_shares_the_graphs_arrays_and_views_stay_in_a_byte_budget(
+def test_a_view_copies_only_what_its_mask_hides_and_views_stay_in_a_byte_budget(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from clew.index import ppr as ppr_module
@@ -194,12 +194,17 @@ def test_every_chunk_shares_the_graphs_arrays_and_views_stay_in_a_byte_budget(
     g = graph()
     full = allowed_view(g, everything(g))
     assert full.m_indices is g.mentions.indices and full.adj_indices is g.chunk_adjacency().indices
+    edgeless = everything(g)
+    edgeless[40] = False  # a chunk no edge touches: nothing to copy, but a mask of its own
+    same = allowed_view(g, edgeless)
+    assert same is not full and same.m_indices is g.mentions.indices
+    assert same.deg.tolist() == full.deg.tolist() and same.n_near.tolist() == full.n_near.tolist()
     hidden = everything(g)
-    hidden[40] = False  # a chunk no edge touches: same walk, but a view of its own
+    hidden[4] = False  # mentions ERR-2, NEXT of nothing
     part = allowed_view(g, hidden)
-    assert part.m_indices is not g.mentions.indices
-    assert part.m_indices.tolist() == full.m_indices.tolist()
-    assert part.deg.tolist() == full.deg.tolist() and part.n_near.tolist() == full.n_near.tolist()
+    assert part.m_indices is not g.mentions.indices and 4 not in part.m_indices.tolist()
+    err2 = g.key_to_row["err-2"]
+    assert part.deg[err2] == full.deg[err2] - 1.0  # weights count allowed chunks only
     assert full.owned < part.owned
     monkeypatch.setattr(ppr_module, "VIEW_BUDGET", 1e-9)  # room for the newest view only
     monkeypatch.setattr(ppr_module, "VIEW_FLOOR", 0)

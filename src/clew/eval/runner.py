@@ -28,6 +28,7 @@ from clew.eval.routes import ORACLE, candidate_configs, oracle_records, route_re
 from clew.ingest.analyze import ANALYZER_VERSION
 from clew.ingest.concepts import VERSION as CONCEPTS_VERSION
 from clew.models.embedder import cache_dir
+from clew.retrieve.rerank import BLEND_MODEL
 from clew.types import SearchResult
 
 METRICS: tuple[str, ...] = (
@@ -391,7 +392,7 @@ def variant(name: str, models: Mapping[str, str] | None = None) -> EngineConfig:
     if name == "+expand":
         return default.with_overrides(expand={"enabled": True})
     if name == "+rerank-blend":
-        return default.with_overrides(rerank={"kind": "features", "model": "blend"})
+        return default.with_overrides(rerank={"kind": "features", "model": BLEND_MODEL})
     if name == "+rerank-features":  # without a model given: the weights clew ships
         model = models.get("features", "")
         return default.with_overrides(rerank={"kind": "features", "model": model})

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import scipy.sparse as sp
 
 from clew.config import GraphConfig
 from clew.filters import Mask
@@ -254,31 +255,37 @@ def allowed_view(g: GraphIndex, allowed: Mask) -> AllowedView:
 
 
 def _build_view(g: GraphIndex, allow: npt.NDArray[np.bool_]) -> AllowedView:
-    m = g.mentions
-    adj = g.chunk_adjacency()
-    if int(allow.sum()) == int(g.present().sum()):  # every chunk: the graph's own arrays
-        rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
-        weights = m.data.astype(np.float64)  # (float64 once, not on every step's gather)
-        deg = np.asarray(np.bincount(rows, weights, minlength=m.shape[0]), dtype=np.float64)
-        n_near = np.diff(adj.indptr).astype(np.float64)
-        owned = allow.nbytes + weights.nbytes + deg.nbytes + n_near.nbytes
-        return AllowedView(
-            allow, m.indptr, m.indices, weights, deg, adj.indptr, adj.indices, n_near, owned
-        )
-    keep = allow[m.indices]
-    rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))[keep]
-    indptr = np.zeros(m.shape[0] + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=m.shape[0]), out=indptr[1:])
-    data = m.data[keep].astype(np.float64)
-    deg = np.asarray(np.bincount(rows, data, minlength=m.shape[0]), dtype=np.float64)
-    near = allow[adj.indices]
-    adj_rows = np.repeat(np.arange(adj.shape[0]), np.diff(adj.indptr))[near]
-    adj_indptr = np.zeros(adj.shape[0] + 1, dtype=np.int64)
-    counts = np.bincount(adj_rows, minlength=adj.shape[0])
-    np.cumsum(counts, out=adj_indptr[1:])
-    parts = (allow, indptr, m.indices[keep], data, deg, adj_indptr, adj.indices[near])
-    n_near = counts.astype(np.float64)
-    return AllowedView(*parts, n_near, sum(a.nbytes for a in parts) + n_near.nbytes)
+    m, adj = g.mentions, g.chunk_adjacency()
+    m_indptr, m_indices, m_rows, keep = _restrict(m, allow)
+    weights = (m.data if keep is None else m.data[keep]).astype(np.float64)  # float64 once
+    deg = np.asarray(np.bincount(m_rows, weights, minlength=m.shape[0]), dtype=np.float64)
+    adj_indptr, adj_indices, _, _ = _restrict(adj, allow)
+    n_near = np.diff(adj_indptr).astype(np.float64)
+    parts = (allow, m_indptr, m_indices, weights, deg, adj_indptr, adj_indices, n_near)
+    shared = {id(a) for a in (m.indptr, m.indices, adj.indptr, adj.indices)}
+    owned = sum(a.nbytes for a in parts if id(a) not in shared)
+    return AllowedView(*parts, owned)
+
+
+def _restrict(
+    matrix: sp.csr_matrix, allow: npt.NDArray[np.bool_]
+) -> tuple[
+    npt.NDArray[np.integer[Any]],
+    npt.NDArray[np.integer[Any]],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.bool_] | None,
+]:
+    """``matrix`` (rows × chunks) without the entries of hidden chunks: its indptr, indices,
+    the row of each entry, and which entries were kept (None: all of them, and the arrays are
+    the matrix's own, not copies)."""
+    rows = np.repeat(np.arange(matrix.shape[0], dtype=np.int64), np.diff(matrix.indptr))
+    keep = allow[matrix.indices]
+    if keep.all():
+        return matrix.indptr, matrix.indices, rows, None
+    rows = rows[keep]
+    indptr = np.zeros(matrix.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=matrix.shape[0]), out=indptr[1:])
+    return indptr, matrix.indices[keep], rows, keep
 
 
 def _spread(parts: list[tuple[npt.NDArray[np.int64], Vector]], size: int) -> Vector:
