@@ -4,10 +4,11 @@ grounding and abstention, overall, per slice and per question type.
     python bench/answers.py [--sets NAME:SPLIT ...]
 
 Runs :func:`clew.eval.answers.run_answers` (what ``clew eval --answers`` runs) with the default
-config on HotpotQA-200 and MuSiQue-200 (test, reported, never tuned on) and on the train100 sets
-and eval/dev/support (training data, in-sample). Each set is also asked 50 questions of another
-set (unrelated) and, with ``--hidden``, its questions again with the relevant documents hidden.
-Checks ``eval/answer-gates.yaml``; writes ``bench/results/answers.md``.
+config on HotpotQA-200 and MuSiQue-200 (test, reported, never tuned on) and on the train100 sets,
+eval/dev/support and eval/dev/memory (training data, in-sample). Each set is also asked 50
+questions of another set (unrelated) and, with ``--hidden``, its questions again with the
+relevant documents hidden. Checks ``eval/answer-gates.yaml``; writes
+``bench/results/answers.md``.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ SETS = (
     "hotpotqa-train100:train",
     "musique-train100:train",
     "support:dev",
+    "memory:dev",
 )
 UNRELATED_FROM = {
     "hotpotqa": ("scifact", "test"),
     "musique": ("scifact", "test"),
     "support": ("hotpotqa-train100", "train"),
+    "memory": ("scifact", "test"),
 }
 
 

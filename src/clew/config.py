@@ -361,15 +361,17 @@ ANSWER_MODES = ("extractive", "generative")
 class AnswerConfig:
     mode: str = "extractive"
     """``extractive`` (no LLM, deterministic) or ``generative`` (OpenAI-compatible endpoint)."""
-    max_sentences: int = 3
+    max_sentences: int = 4
+    """Most sentences in an extractive answer (the word budget usually binds first; short
+    sentences, as chat turns have, leave room for a fourth)."""
     max_words: int = 60
+    """Longest extractive answer in words: the best sentence always, then supporting sentences
+    while the answer stays within this (a second sentence that bridges to a second hop may take
+    it to 1.25 times this)."""
     chunks: int = 4
     """Best-ranked hits whose sentences compete for the extractive answer."""
     embed_sentences: int = 8
     """Sentences embedded to score by meaning, the best by terms, type and rank (0: all)."""
-    """Longest extractive answer in words: the best sentence always, then supporting sentences
-    while the answer stays within this (a second sentence that bridges to a second hop may take
-    it to 1.25 times this)."""
     abstain: bool = True
     """Answer "not in the indexed sources" when the evidence does not clear the calibrated bar."""
     calibration: str = ""

@@ -154,11 +154,16 @@ class Engine:
     def _embed_query(self, query: str) -> Any:
         return encode_queries(self.encoder, [query])[0]
 
+    @property
+    def embedder_name(self) -> str:
+        """The embedder this engine encodes with, as an index records it (the model spec, or an
+        injected encoder's name)."""
+        return encoder_name(self._encoder, self.encoder_injected, self.config.embedder.model)
+
     def fingerprint(self) -> dict[str, str]:
         """What an ingest with this engine records in the index (and hashes into documents)."""
-        name = encoder_name(self._encoder, self.encoder_injected, self.config.embedder.model)
         enc = self.encoder
-        return ingest_meta(enc, name, self.extractor.version, self.config.chunk)
+        return ingest_meta(enc, self.embedder_name, self.extractor.version, self.config.chunk)
 
     def _model(self, key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
         """A reranker or calibration, loaded once per setting."""
@@ -181,7 +186,8 @@ class Engine:
 
         if not path and (self.directory / CALIBRATION_FILE).is_file():
             path = str(self.directory / CALIBRATION_FILE)
-        return self._model(("calibration", path), lambda: load_calibration(path))  # type: ignore[no-any-return]
+        found: Calibration = self._model(("calibration", path), lambda: load_calibration(path))
+        return found.for_embedder(self.embedder_name)
 
     # -- writes -----------------------------------------------------------------------------
 

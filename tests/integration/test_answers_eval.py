@@ -60,7 +60,11 @@ def test_eval_answers_reports_and_gates(
     report = json.loads(out)
     overall = report["overall"]
     assert overall["n"] == 16  # 15 judged questions and the one marked unanswerable
-    assert 0.0 < overall["in_answer"] <= overall["in_cited"] <= 1.0
+    assert 0.0 < overall["in_answer"] <= 1.0 and 0.0 < overall["in_cited"] <= 1.0
+    for r in report["records"]:  # an answer holds only what its cited chunks say ...
+        if r["in_answer"] and not r["in_cited"]:
+            assert r["type"] == "yesno"  # ... but for a verdict: no chunk says "yes"
+    assert any(r["type"] == "yesno" and r["in_answer"] for r in report["records"])
     assert overall["words_median"] <= 60
     assert overall["grounded"] == 1.0  # extractive sentences come from the chunk they cite
     assert overall["abstained_unanswerable"] == 1.0

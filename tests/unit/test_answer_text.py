@@ -90,6 +90,11 @@ def test_answer_sentences_are_plain_and_tables_read_by_column() -> None:
         ("Which is older, Lapa or Baixa?", "comparison", ""),
         ("why were merchant webhooks delayed", "reason", ""),
         ("pgbouncer", "other", ""),
+        ("SW-2207", "definition", "SW-2207"),
+        ("SW-2209 error", "definition", "SW-2209"),
+        ("BAT_CELL_IMBAL", "definition", "BAT_CELL_IMBAL"),
+        ("what is error SW-5120", "definition", "SW-5120"),
+        ("getting SW-3002 every time I scan a bike", "other", ""),
     ],
 )
 def test_question_types(question: str, kind: str, subject: str) -> None:
@@ -125,6 +130,27 @@ def test_a_definition_question_is_answered_by_its_heading() -> None:
     # a heading is no answer to a question that is not asking for a definition
     other = select_sentences("When was ERR-4413 retried?", [hit("e#6", text)])
     assert all(s.sentence.kind != "heading" for s in other)
+
+
+def test_a_hit_titled_by_the_code_asked_about_is_defined_by_its_first_sentence() -> None:
+    titled = Hit(
+        "kb-47#0",
+        "kb-47",
+        "SW-2207: Vehicle not responding",
+        "The app sent the unlock command but the vehicle did not confirm within 20 seconds. "
+        "If SW-2207 repeats, move closer and try again.",
+        1.0,
+        {},
+        (),
+    )
+    mention = hit("kb-9#0", "The two you are most likely to see are SW-2207 and SW-3002.")
+    for question in ("SW-2207", "What does SW-2207 mean?"):
+        picked = select_sentences(question, [mention, titled], max_sentences=1)
+        assert picked[0].sentence.text.startswith("The app sent the unlock command")
+        assert picked[0].parts["answer_type"] > 0 and picked[0].parts["identifier"] > 0
+    # only the first sentence of the titled hit stands in for its title
+    later = select_sentences("SW-2207", [titled], max_sentences=2)
+    assert [s.parts["answer_type"] > 0 for s in later] == [True, False]
 
 
 def test_a_duration_question_gets_the_sentence_with_a_duration_first() -> None:

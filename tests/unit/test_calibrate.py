@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from clew.compose.answer import EVIDENCE
-from clew.errors import ConfigError
+from clew.compose.answer import COSINE_EVIDENCE, EVIDENCE, Calibration
+from clew.errors import ConfigError, ModelError
 from clew.train.calibrate import fit_across, offtopic_threshold, rates
 
 
@@ -54,3 +56,25 @@ def test_offtopic_threshold_is_a_quantile_with_a_cap() -> None:
     assert offtopic_threshold(cal, [ev(0.99)] * 3, cap=0.4) == 0.4
     with pytest.raises(ConfigError, match="off-topic"):
         offtopic_threshold(cal, [])
+
+
+def test_a_calibration_that_reads_cosines_holds_for_its_own_embedder_only() -> None:
+    corpora = {"easy": EASY, "hard": HARD}
+    portable_features = [f for f in EVIDENCE if f not in COSINE_EVIDENCE]
+    portable = fit_across(corpora, features=portable_features, info={"embedder": "mini"})
+    cal = fit_across(corpora, info={"embedder": "mini"})
+    both = Calibration(cal.model, cal.threshold, portable)
+    assert both.reads_cosines and not portable.reads_cosines
+    assert both.for_embedder("mini") is both
+    assert both.for_embedder("another-model") is portable
+    assert both.without_cosines() is portable
+    assert portable.for_embedder("another-model") is portable
+    # a file round trip keeps the portable fit; one without it (older files) still loads
+    again = Calibration.from_json(json.loads(json.dumps(both.to_json())), "test")
+    assert again.portable is not None and again.portable.model.features == portable.model.features
+    assert again.for_embedder("another-model").threshold == pytest.approx(portable.threshold)
+    alone = Calibration.from_json(portable.to_json(), "test")
+    assert alone.portable is None and alone.for_embedder("another-model") is alone
+    bad = {**both.to_json(), "portable": both.to_json()}
+    with pytest.raises(ModelError, match="portable fit must not read cosine"):
+        Calibration.from_json(bad, "test")

@@ -83,6 +83,8 @@ def render_answer(answer: Any) -> str:
         + ("  → abstained" if answer.abstained else "")
         + (" (a code it names is in no source)" if answer.evidence.get("absent_codes") else "")
     )
+    if answer.verdict:
+        lines.append(f"verdict {answer.verdict}: {answer.verdict_reason}")
     if answer.abstained and answer.nearest:
         lines.append("nearest misses:")
         for h in answer.nearest:

@@ -1,14 +1,18 @@
 """Answers: abstention calibrated on data, citations, and the "why these sources" trail.
 
-Abstention reads the *evidence*, not raw model scores: rank agreement between the legs (RRF
-scores depend on ranks only), how much of the query's idf mass the best chunks cover, how far
-the top dense and lexical scores stand above the rest of their own lists (z-scores, so the
-scale of a model's cosines cancels out), and the best answer sentence's term overlap. A
-logistic regression over these, fitted on answerable queries against two kinds of unanswerable
-ones (``clew calibrate``) — the same queries with their relevant documents hidden (near misses
-remain) and questions from an unrelated dataset — gives P(answerable). The threshold comes from
-the same data: the highest that still answers 90% of the answerable queries. clew ships a
-calibration fitted on the SciFact train split; ``answer.calibration`` points at another.
+Abstention reads the *evidence*: rank agreement between the legs (RRF scores depend on ranks
+only), how much of the query's idf mass the best chunks cover, how far the top dense and lexical
+scores stand above the rest of their own lists (z-scores), the best answer sentence's term
+overlap, and two raw cosines of the embedder (the top dense hit's and the best answer
+sentence's: only they tell a paraphrase that shares no term with its answer from an unrelated
+question). A logistic regression over these gives P(answerable). ``bench/calibrate.py`` fits
+the shipped one across six train corpora (answerable questions against questions of another
+domain's corpora and questions marked unanswerable), with the threshold that answers 90% of
+every corpus's answerable questions.
+Cosines are on the embedder's own scale, so a calibration that reads them holds for the embedder
+it was fitted with; the shipped file also carries a *portable* fit without them, used for any
+other embedder and where no dense leg ran. ``clew calibrate`` fits one on a judged split,
+``clew calibrate --self`` sets an index's own threshold; ``answer.calibration`` points at a file.
 """
 
 from __future__ import annotations
@@ -37,8 +41,15 @@ EVIDENCE: tuple[str, ...] = (
     "dense_gap",
     "lexical_gap",
     "sentence",
+    "dense_top",
+    "sentence_cosine",
 )
 """Abstention features, in the order of the calibration file."""
+COSINE_EVIDENCE: frozenset[str] = frozenset({"dense_top", "sentence_cosine"})
+"""The features that read the embedder's raw cosines (the top dense hit's, and the best answer
+sentence's): they tell a paraphrase from an unrelated question where no term is shared, but their
+scale is the embedder's own, so a calibration that uses them holds for the embedder it was fitted
+with only (:meth:`Calibration.for_embedder`)."""
 FORMAT = "clew-abstain/1"
 NOT_FOUND = "The indexed sources do not contain an answer to this question."
 
@@ -102,6 +113,10 @@ class Answer:
     """The index release every stage of this answer read."""
     rerank: RerankStatus | None = None
     """Whether the reranker ran or fell back, and why (None when none was configured)."""
+    verdict: str | None = None
+    """``yes`` or ``no`` for a yes/no question about named subjects that the sentences decide
+    (:mod:`clew.compose.verdict`; the answer then opens with it); None otherwise."""
+    verdict_reason: str = ""
 
     def to_dict(self) -> dict[str, JSONValue]:
         return {
@@ -113,6 +128,8 @@ class Answer:
             "threshold": round(self.threshold, 4),
             "evidence": {k: round(v, 4) for k, v in self.evidence.items()},
             "fallback": self.fallback,
+            "verdict": self.verdict,
+            "verdict_reason": self.verdict_reason,
             "citations": [c.to_dict() for c in self.citations],
             "nearest": [
                 {"chunk_id": h.chunk_id, "doc_id": h.doc_id, "title": h.title, "score": h.score}
@@ -160,6 +177,8 @@ def evidence_features(
     unit: float,
     coverages: Sequence[float],
     sentence_overlap: float,
+    dense_top: float = 0.0,
+    sentence_cosine: float = 0.0,
 ) -> dict[str, float]:
     """The abstention features of one retrieval (see :data:`EVIDENCE`)."""
     run_legs = [leg for leg in LEGS if leg_weights.get(leg, 0.0) > 0 and leg in leg_scores]
@@ -181,6 +200,8 @@ def evidence_features(
         "dense_gap": _gap(leg_scores.get("dense", ())),
         "lexical_gap": _gap(leg_scores.get("lexical", ())),
         "sentence": sentence_overlap,
+        "dense_top": dense_top,
+        "sentence_cosine": sentence_cosine,
     }
 
 
@@ -190,24 +211,63 @@ class Calibration:
 
     model: LogisticModel
     threshold: float
+    portable: Calibration | None = None
+    """A fit without the cosine features (:data:`COSINE_EVIDENCE`), for an embedder other than
+    the one this was fitted with, or an answer with no dense leg or encoder."""
 
     @property
     def info(self) -> dict[str, Any]:
         return self.model.info
 
+    @property
+    def embedder(self) -> str:
+        """The embedder the calibration was fitted with ("" when the file does not say)."""
+        return str(self.info.get("embedder", ""))
+
+    @property
+    def reads_cosines(self) -> bool:
+        return bool(COSINE_EVIDENCE & set(self.model.features))
+
     def probability(self, evidence: Mapping[str, float]) -> float:
         return self.model.probability(evidence)
 
+    def without_cosines(self) -> Calibration:
+        """This calibration, or its portable fit when this one reads cosines (itself when it
+        has none)."""
+        return self.portable if self.reads_cosines and self.portable is not None else self
+
+    def for_embedder(self, name: str) -> Calibration:
+        """The fit that holds for embedder ``name``: this one when it reads no cosines or was
+        fitted with that embedder (or does not say with which), else its portable fit."""
+        if not self.reads_cosines or not self.embedder or self.embedder == name:
+            return self
+        return self.without_cosines()
+
     def to_json(self) -> dict[str, Any]:
-        return {**self.model.to_json(FORMAT), "threshold": self.threshold}
+        out = {**self.model.to_json(FORMAT), "threshold": self.threshold}
+        if self.portable is not None:
+            out["portable"] = self.portable.to_json()
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], source: str) -> Calibration:
         model = LogisticModel.from_json(
-            data, fmt=FORMAT, features=EVIDENCE, source=source, redo="run 'clew calibrate' again"
+            data,
+            fmt=FORMAT,
+            features=EVIDENCE,
+            source=source,
+            redo="run 'clew calibrate' again",
+            subset=True,
         )
+        portable = None
+        if data.get("portable") is not None:
+            if not isinstance(data["portable"], Mapping):
+                raise ModelError(f"{source!r}: 'portable' must be a calibration object")
+            portable = cls.from_json(data["portable"], f"{source} (portable)")
+            if portable.reads_cosines:
+                raise ModelError(f"{source!r}: the portable fit must not read cosine features")
         try:
-            return cls(model, float(data["threshold"]))
+            return cls(model, float(data["threshold"]), portable)
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError(f"{source!r} has no valid threshold: {exc}") from exc
 

@@ -45,6 +45,7 @@ import numpy as np
 from clew.compose.assemble import jaccard
 from clew.compose.clean import plain, split_cells, table_row
 from clew.compose.question import Question, classify, names, type_match
+from clew.compose.verdict import Verdict, verdict
 from clew.errors import ModelError, QueryError
 from clew.ingest.analyze import analyze, query_terms, words
 from clew.protocols import AsymmetricEncoder, Encoder
@@ -434,6 +435,20 @@ def _novel_names(text: str, asked: str) -> frozenset[str]:
     return frozenset(n.casefold() for n in names(text) if n.casefold() not in asked)
 
 
+def _titled(hits: Sequence[Hit], subject: str) -> set[int]:
+    """The hits whose title or innermost heading names ``subject`` (casefolded, whole)."""
+    low = subject.casefold().strip()
+    if not low:
+        return set()
+    pattern = re.compile(rf"(?<![\w-]){re.escape(low)}(?![\w-])")
+    out = set()
+    for i, hit in enumerate(hits):
+        heads = [hit.title, *hit.heading_path[-1:]]
+        if any(pattern.search(h.casefold()) for h in heads if h):
+            out.add(i)
+    return out
+
+
 def select_sentences(
     question: str,
     hits: Sequence[Hit],
@@ -498,13 +513,31 @@ def select_sentences(
     asked = identifiers(question)
     weights = DENSE_WEIGHTS if encoder is not None else LEXICAL_WEIGHTS
 
+    titled = _titled(hits, asked_type.subject) if asked_type.kind == "definition" else set()
+    opening: set[int] = set()
+    openers: set[tuple[int, int]] = set()  # (hit, start) of each hit's first text sentence
     lexical: list[tuple[frozenset[str], tuple[str, ...], dict[str, float]]] = []
+    subject_terms = frozenset(analyze(asked_type.subject))
     for sentence in sentences:
         tokens = frozenset(analyze(sentence.text))
-        matched = tuple(t for t in terms if t in tokens)
+        # a hit titled by what a definition question asks about: its first sentence defines it
+        # ("SW-2207: Vehicle not responding" opens "The app sent the unlock command but …"),
+        # and reads as naming it
+        opens = sentence.kind == "text" and sentence.hit_index not in opening
+        if sentence.kind == "text":
+            opening.add(sentence.hit_index)
+        if opens:
+            openers.add((sentence.hit_index, sentence.start))
+        heads = opens and sentence.hit_index in titled
+        said = tokens | subject_terms if heads else tokens
+        matched = tuple(t for t in terms if t in said)
         overlap = sum(weight[t] for t in matched) / total if total > 0 else 0.0
-        named = len(asked & identifiers(sentence.text)) / len(asked) if asked else 0.0
+        found = identifiers(sentence.text)
+        if heads:
+            found |= identifiers(asked_type.subject)
+        named = len(asked & found) / len(asked) if asked else 0.0
         fits = type_match(asked_type.kind, sentence.text, question, asked_type.subject)
+        fits = max(fits, float(heads))
         parts = {
             "term_overlap": weights["term_overlap"] * overlap,
             "chunk_rank": weights["chunk_rank"] / (1 + sentence.hit_index),
@@ -537,6 +570,7 @@ def select_sentences(
         scored.append(_Scored(sentence, score, parts, matched, tokens))
 
     scored.sort(key=lambda s: (-s.score, s.sentence.hit_index, s.sentence.start))
+    titles = [h.title.casefold() for h in hits]
     low_question = question.casefold()
     chosen: list[_Scored] = []
     per_hit: dict[int, int] = {}
@@ -561,6 +595,9 @@ def select_sentences(
             bridge = 0.0
             if bridges:
                 here = cand.sentence.text.casefold()
+                if (cand.sentence.hit_index, cand.sentence.start) in openers:
+                    # a hit's first sentence reads as naming the hit's title ("M. Ward")
+                    here = f"{titles[cand.sentence.hit_index]}\n{here}"
                 bridge = BRIDGE_WEIGHT * any(b in here for b in bridges)
             if chosen and max_words is not None:
                 room = max_words * (BRIDGE_ROOM if bridge > 0 and len(chosen) == 1 else 1.0)
@@ -585,6 +622,35 @@ def select_sentences(
         per_hit[cand.sentence.hit_index] = per_hit.get(cand.sentence.hit_index, 0) + 1
         bridges |= _novel_names(cand.sentence.text, low_question)
     return [Selected(c.sentence, c.score, c.parts, c.matched) for c in chosen]
+
+
+def yes_no(question: str, hits: Sequence[Hit]) -> tuple[Verdict, list[Selected]] | None:
+    """For a yes/no question about named subjects, the verdict from the sentences of ``hits``
+    (:func:`clew.compose.verdict.verdict`) and, as its grounds, the sentence it read for each
+    subject (in the question's order); None for another question or when there is no verdict."""
+    if classify(question).kind != "yesno":
+        return None
+    sentences = [s for s in _sentences(hits) if s.kind != "heading"]
+    opens: set[int] = set()
+    firsts = []
+    for s in sentences:
+        firsts.append(s.hit_index not in opens)
+        opens.add(s.hit_index)
+    found = verdict(
+        question,
+        [s.text for s in sentences],
+        firsts=firsts,
+        titles=[hits[s.hit_index].title for s in sentences],
+    )
+    if found is None:
+        return None
+    terms = query_terms(question, 1.0)
+    grounds = []
+    for i in dict.fromkeys(found.evidence):
+        tokens = set(analyze(sentences[i].text))
+        matched = tuple(t for t in terms if t in tokens)
+        grounds.append(Selected(sentences[i], 1.0, {"verdict": 1.0}, matched))
+    return found, grounds
 
 
 def answer_text(selected: Sequence[Selected], citation_of: Mapping[int, int]) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["QUESTION_TYPES", "Question", "classify", "names", "type_match"]
+__all__ = ["QUESTION_TYPES", "Question", "classify", "codes", "names", "type_match"]
 
 QUESTION_TYPES: tuple[str, ...] = (
     "definition",
@@ -235,6 +235,27 @@ def _subject_after(text: str, start: int) -> str:
     return rest.strip(" \"'`")
 
 
+def codes(text: str) -> list[str]:
+    """The code-shaped words of ``text``, in order: letters and digits together (``SW-2207``,
+    ``E31``), parts joined by ``_`` (``BAT_CELL_IMBAL``), or a dotted number (``4.12.3``)."""
+    out = []
+    for word in text.split():
+        w = word.strip(".,;:!?()[]{}'\"`“”‘’")
+        digit = any(c.isdigit() for c in w)
+        alpha = any(c.isalpha() for c in w)
+        joined = "_" in w.strip("_") and w.replace("_", "").isalnum()
+        dotted = digit and not alpha and "." in w.strip(".")
+        if (digit and alpha) or joined or dotted:
+            out.append(w)
+    return out
+
+
+def _code_subject(subject: str) -> str:
+    """A definition's subject, narrowed to the one code it holds (``error SW-5120``)."""
+    found = codes(subject)
+    return found[0] if len(found) == 1 else subject
+
+
 def classify(question: str) -> Question:
     """The type of ``question`` (see the module table); ``other`` when no rule applies."""
     text = " ".join(question.split())
@@ -242,6 +263,11 @@ def classify(question: str) -> Question:
     words = _WORDS.findall(low)
     if not words:
         return Question("other")
+    named = codes(text)
+    if len(named) == 1 and words[0] not in _WH and words[0] not in _AUX:
+        rest = _WORDS.findall(low.replace(named[0].casefold(), " "))
+        if len(rest) <= 2:  # "SW-2207", "SW-2209 error", "LOCK-E33 meaning": what the code means
+            return Question("definition", named[0])
     if words[0] not in _WH and words[0] not in _AUX and words[0] not in _STARTERS:
         inner = [i for i, w in enumerate(words) if w in _WH]  # "… founded by who?"
         if inner:
@@ -250,7 +276,8 @@ def classify(question: str) -> Question:
     second = words[1] if len(words) > 1 else ""
     m = re.match(r"(?:what|wht)\s+(?:is|are|was|were)\s+(?:an?\s+|the\s+)?(.+?)\??$", low)
     if m and len(m.group(1).split()) <= 4 and not re.search(r"\b(of|for|in|on|by)\b", m[1]):
-        return Question("definition", _subject_after(text, len(text) - len(m.group(1)) - 1))
+        subject = _subject_after(text, len(text) - len(m.group(1)) - 1)
+        return Question("definition", _code_subject(subject))
     m = re.match(r"what\s+(?:does|do|did)\s+(.+?)\s+(?:mean|stand for|refer to)\b", low)
     if m:
         start = low.index(m.group(1))

@@ -19,7 +19,7 @@ from clew.compose.answer import (
     why,
 )
 from clew.compose.assemble import Context, assemble
-from clew.compose.extract import answer_text, select_sentences
+from clew.compose.extract import DENSE_WEIGHTS, answer_text, select_sentences, yes_no
 from clew.config import EngineConfig
 from clew.ingest.analyze import analyze, query_terms
 from clew.protocols import Encoder
@@ -68,10 +68,15 @@ def respond(
         unit=cfg.fusion.top_part(),
         coverages=coverages,
         sentence_overlap=float(selected[0].parts.get("term_overlap", 0.0)) if selected else 0.0,
+        dense_top=float(run.lists["dense"][0].score) if run.lists.get("dense") else 0.0,
+        sentence_cosine=max((x.parts.get("cosine", 0.0) for x in selected), default=0.0)
+        / DENSE_WEIGHTS["cosine"],
     )
     confidence, threshold, calibration_info = 1.0, 0.0, {}
     if cfg.answer.abstain:
         found = calibration(cfg.answer.calibration)
+        if encoder is None or not run.lists.get("dense"):  # no cosines to read
+            found = found.without_cosines()
         confidence = found.probability(evidence)
         threshold, calibration_info = found.threshold, found.info
     missing = absent_codes(question, snap, run.scoped)
@@ -109,7 +114,11 @@ def respond(
             fallback = f"{type(exc).__name__}: {exc}"
             mode = "extractive"
         timings["generate"] = elapsed_ms(t)
+    judged = None
     if not abstained and mode == "extractive":
+        judged = yes_no(question, pool)
+        if judged is not None:  # the verdict, shown on the sentence read for each subject
+            selected = judged[1]
         number: dict[int, int] = {}
         terms: dict[int, list[str]] = {}
         for sel in selected:
@@ -118,6 +127,8 @@ def respond(
             terms.setdefault(i, [])
             terms[i] += [x for x in sel.matched_terms if x not in terms[i]]
         text = answer_text(selected, number)
+        if judged is not None:
+            text = f"{judged[0].text} {text}"
         kept_at = {h.chunk_id: r for r, h in enumerate(ctx.kept, 1)}
         for i, n in sorted(number.items(), key=lambda p: p[1]):
             h = pool[i]
@@ -156,6 +167,8 @@ def respond(
         timings_ms=timings,
         release=run.snap.release,
         rerank=run.rerank_status,
+        verdict=None if judged is None else judged[0].word,
+        verdict_reason="" if judged is None else judged[0].reason,
     )
     out = answer.to_dict()
     extra = {

@@ -232,8 +232,11 @@ def rates(
 
 # -- a user's own corpus -------------------------------------------------------------------------
 
-OFF_TOPIC_QUANTILE = 0.7
+OFF_TOPIC_QUANTILE = 0.95
 """The self-calibrated threshold abstains on this share of clew's off-topic questions …"""
+PORTABLE_QUANTILE = 0.7
+"""… this share for a calibration's portable fit (no cosine features: it tells off-topic
+questions apart less sharply, so a high quantile would abstain on answerable ones too) …"""
 THRESHOLD_CAP = 0.4
 """… but never asks more than this P(answerable): where the corpus can answer general
 questions (Wikipedia), the off-topic questions look answerable and would set it too high.
@@ -270,15 +273,21 @@ def calibrate_self(
     from clew.compose.answer import load_calibration
     from clew.train.offtopic import OFF_TOPIC
 
-    base = base or load_calibration("")
+    base = (base or load_calibration("")).for_embedder(engine.embedder_name)
     far = unrelated_evidence(engine, OFF_TOPIC, config, progress=progress)
-    threshold = offtopic_threshold(base, far)
     info = {
         **base.info,
         "dataset": "self",
         "unrelated": len(far),
-        "rule": f"abstain on {OFF_TOPIC_QUANTILE:.0%} of clew's off-topic questions, "
+        "rule": f"abstain on {OFF_TOPIC_QUANTILE:.0%} of clew's off-topic questions "
+        f"({PORTABLE_QUANTILE:.0%} for a fit without cosines), "
         f"threshold at most {THRESHOLD_CAP:g}",
     }
-    cal = Calibration(replace(base.model, info=info), threshold)
+
+    def own(fit: Calibration) -> Calibration:
+        quantile = OFF_TOPIC_QUANTILE if fit.reads_cosines else PORTABLE_QUANTILE
+        threshold = offtopic_threshold(fit, far, quantile=quantile)
+        return Calibration(replace(fit.model, info=info), threshold)
+
+    cal = replace(own(base), portable=None if base.portable is None else own(base.portable))
     return cal, rates(cal, {"unrelated": far})
