@@ -189,6 +189,26 @@ def test_the_second_sentence_bridges_to_the_second_hop() -> None:
     assert sum(picked[1].parts.values()) == pytest.approx(picked[1].score)
 
 
+def test_a_hit_titled_by_the_bridge_name_is_the_second_hop_and_short_questions_do_not_chain() -> (
+    None
+):
+    ward = Hit(
+        "ward#0", "ward", "M. Ward", "Matthew Stephen Ward is a songwriter from Portland, "
+        "Oregon.", 1.0, {}, ()
+    )  # fmt: skip
+    hits = [
+        hit("album#0", "Transfiguration of Vincent is the third studio album by M. Ward."),
+        hit("other#0", "We Move is the third studio album by an Irish band."),
+        ward,
+    ]
+    q = "Transfiguration of Vincent is the third album by a songwriter from what state?"
+    picked = select_sentences(q, hits, max_sentences=2)
+    assert [s.sentence.chunk_id for s in picked] == ["album#0", "ward#0"]
+    assert picked[1].parts["bridge"] > 0
+    short = select_sentences("Which album did M. Ward make third?", hits, max_sentences=2)
+    assert all(s.parts.get("bridge", 0.0) == 0.0 for s in short)
+
+
 def test_asides_that_do_not_answer_are_left_out() -> None:
     text = "Kenji Imada (born 17 January 1969 in Hiroshima) wrestled for the Isegahama stable."
     who = select_sentences("Which stable did Kenji Imada wrestle for?", [hit("k#0", text)])
