@@ -236,18 +236,12 @@ def _subject_after(text: str, start: int) -> str:
 
 
 def codes(text: str) -> list[str]:
-    """The code-shaped words of ``text``, in order: letters and digits together (``SW-2207``,
-    ``E31``), parts joined by ``_`` (``BAT_CELL_IMBAL``), or a dotted number (``4.12.3``)."""
-    out = []
-    for word in text.split():
-        w = word.strip(".,;:!?()[]{}'\"`“”‘’")
-        digit = any(c.isdigit() for c in w)
-        alpha = any(c.isalpha() for c in w)
-        joined = "_" in w.strip("_") and w.replace("_", "").isalnum()
-        dotted = digit and not alpha and "." in w.strip(".")
-        if (digit and alpha) or joined or dotted:
-            out.append(w)
-    return out
+    """The code-shaped identifiers of ``text``, in order: those of
+    :func:`clew.ingest.concepts.identifier_spans` with a digit or an underscore (``SW-2207``,
+    ``E31``, ``BAT_CELL_IMBAL``, ``4.12.3``), not a CamelCase name such as ``PgBouncer``."""
+    from clew.ingest.concepts import identifier_spans
+
+    return [s for s, _, _ in identifier_spans(text) if any(c.isdigit() or c == "_" for c in s)]
 
 
 def _code_subject(subject: str) -> str:
