@@ -440,6 +440,15 @@ def _novel_names(text: str, asked: str) -> frozenset[str]:
     return frozenset(n.casefold() for n in names(text) if n.casefold() not in asked)
 
 
+def _openers(sentences: Sequence[Sentence]) -> set[tuple[int, int]]:
+    """``(hit_index, start)`` of each hit's first text sentence (not a heading, row or code)."""
+    first: dict[int, int] = {}
+    for s in sentences:
+        if s.kind == "text":
+            first.setdefault(s.hit_index, s.start)
+    return set(first.items())
+
+
 def _titled(hits: Sequence[Hit], subject: str) -> set[int]:
     """The hits whose title or innermost heading names ``subject`` (casefolded, whole)."""
     low = subject.casefold().strip()
@@ -520,8 +529,7 @@ def select_sentences(
     weights = DENSE_WEIGHTS if encoder is not None else LEXICAL_WEIGHTS
 
     titled = _titled(hits, asked_type.subject) if asked_type.kind == "definition" else set()
-    opening: set[int] = set()
-    openers: set[tuple[int, int]] = set()  # (hit, start) of each hit's first text sentence
+    openers = _openers(sentences)
     lexical: list[tuple[frozenset[str], tuple[str, ...], dict[str, float]]] = []
     subject_terms = frozenset(analyze(asked_type.subject))
     for sentence in sentences:
@@ -529,12 +537,7 @@ def select_sentences(
         # a hit titled by what a definition question asks about: its first sentence defines it
         # ("SW-2207: Vehicle not responding" opens "The app sent the unlock command but …"),
         # and reads as naming it
-        opens = sentence.kind == "text" and sentence.hit_index not in opening
-        if sentence.kind == "text":
-            opening.add(sentence.hit_index)
-        if opens:
-            openers.add((sentence.hit_index, sentence.start))
-        heads = opens and sentence.hit_index in titled
+        heads = (sentence.hit_index, sentence.start) in openers and sentence.hit_index in titled
         said = tokens | subject_terms if heads else tokens
         matched = tuple(t for t in terms if t in said)
         overlap = sum(weight[t] for t in matched) / total if total > 0 else 0.0
@@ -638,15 +641,11 @@ def yes_no(question: str, hits: Sequence[Hit]) -> tuple[Verdict, list[Selected]]
     if classify(question).kind != "yesno":
         return None
     sentences = [s for s in _sentences(hits) if s.kind != "heading"]
-    opens: set[int] = set()
-    firsts = []
-    for s in sentences:
-        firsts.append(s.hit_index not in opens)
-        opens.add(s.hit_index)
+    openers = _openers(sentences)
     found = verdict(
         question,
         [s.text for s in sentences],
-        firsts=firsts,
+        firsts=[(s.hit_index, s.start) in openers for s in sentences],
         titles=[hits[s.hit_index].title for s in sentences],
     )
     if found is None:
