@@ -10,8 +10,10 @@ Rows per set (and per slice), in the order of issue #16's table:
 - ``+PPR-leg``: Personalized PageRank seeded by the query's concepts alone, on every query;
 - ``+plans``: PPR seeded by the concepts and the top lexical + dense passages (a sequential
   plan: it runs after those legs), on every query;
+- ``-titles``: the default without title links (:mod:`clew.retrieve.titles`);
 - ``default`` (``graph.method: auto``): the router's plan, PPR seeded by both for a question
-  that names an entity or identifier, the walk beside the text legs otherwise;
+  that names an entity or identifier, the walk beside the text legs otherwise, then the top
+  hit's title links;
 - ``+PPR-expansion``: the default with graph expansion on every query.
 
 The test splits are reported, never tuned on; the train100 and eval/dev sets are training data
@@ -52,6 +54,7 @@ def configs() -> list[tuple[str, EngineConfig]]:
         ("+graph-old", variant("graph-walk")),
         ("+PPR-leg", default.with_overrides(graph={"method": "ppr", "seed_passages": 0})),
         ("+plans", default.with_overrides(graph={"method": "ppr"})),
+        ("-titles", variant("-titles")),
         ("default", default),
         ("+PPR-expansion", variant("+expand")),
     ]

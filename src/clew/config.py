@@ -125,9 +125,24 @@ class GraphConfig:
     False: every chunk scores by the mass the walk brings it over edges, so the leg tells how
     connected a chunk is to the query's concepts and its other top passages (the lexical and
     dense legs already said how well it matches)."""
+    title_links: int = 1
+    """Title links (:mod:`clew.retrieve.titles`): how many documents each source hit names by
+    their title join the hits at ``title_rank``; 0 = off. They run with the graph leg."""
+    title_sources: int = 1
+    """Title links: how many of the top hits are read for titles they name."""
+    title_rank: int = 3
+    """Title links: the rank at which the named documents join (the hits ahead stay)."""
 
     def __post_init__(self) -> None:
         _check(1 <= self.depth <= 10_000, "graph.depth", self.depth, "1..10000")
+        _check(0 <= self.title_links <= 10, "graph.title_links", self.title_links, "0..10")
+        _check(0 <= self.title_sources <= 10, "graph.title_sources", self.title_sources, "0..10")
+        _check(
+            self.title_sources < self.title_rank <= 100,
+            "graph.title_rank",
+            self.title_rank,
+            f"{self.title_sources + 1}..100 (after the title_sources hits read)",
+        )
         _check(
             self.method in ("auto", "ppr", "walk"), "graph.method", self.method, "auto, ppr, walk"
         )

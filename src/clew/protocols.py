@@ -105,6 +105,8 @@ class GraphRows:
     """(ordinal, doc_id, seq)."""
     links: Sequence[tuple[str, str]]
     """(doc_id, raw target)."""
+    titles: Sequence[tuple[str, str]] = ()
+    """(doc_id, title): a concept named like a document's title leads to that document."""
 
 
 class Store(Protocol):

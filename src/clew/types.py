@@ -262,7 +262,7 @@ class RerankStatus:
         }
 
 
-PLAN_STEPS = ("lexical", "dense", "graph.walk", "graph.ppr")
+PLAN_STEPS = ("lexical", "dense", "graph.walk", "graph.ppr", "graph.titles")
 """The steps a plan may hold."""
 
 

@@ -35,7 +35,12 @@ def test_search_json_shape(sample_index: Path, capsys: pytest.CaptureFixture[str
         "plan",
     }
     assert data["route"]["weighed_by"].startswith("router-")
-    assert [s["step"] for s in data["route"]["plan"]] == ["lexical", "dense", "graph.walk"]
+    assert [s["step"] for s in data["route"]["plan"]] == [
+        "lexical",
+        "dense",
+        "graph.walk",
+        "graph.titles",
+    ]
     assert len(data["hits"]) == 3
     hit = data["hits"][0]
     assert set(hit) >= {

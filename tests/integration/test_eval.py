@@ -84,6 +84,7 @@ def test_ablation_json_run_file_and_gates(
         "rules",
         "default",
         "-graph",
+        "-titles",
         "graph-walk",
         "+expand",
         "+rerank-blend",
@@ -115,6 +116,7 @@ def test_ablation_json_run_file_and_gates(
     assert by["+expand"]["oracle"]["all"].get("graph_expansion", 0.0) > 0.0
     assert "graph" not in by["-graph"]["legs_run"]["all"]
     assert by["graph-walk"]["config"]["graph"]["method"] == "walk"
+    assert by["-titles"]["config"]["graph"]["title_links"] == 0
     assert by["default"]["config"]["graph"]["method"] == "auto"
     assert "rerank" in by["+rerank-blend"]["latency_ms"]
     assert by["+rerank-blend"]["config"]["rerank"]["model"] == "blend"

@@ -38,11 +38,14 @@ def test_relation_query_uses_the_graph(sample_engine: Engine) -> None:
 def test_the_plan_seeds_the_walk_with_the_text_legs(sample_engine: Engine) -> None:
     result = sample_engine.search("what else broke after the pgbouncer migration", k=10)
     steps = {s.step: s for s in result.route.plan}
-    assert list(steps) == ["lexical", "dense", "graph.ppr"]
+    assert list(steps) == ["lexical", "dense", "graph.ppr", "graph.titles"]
     walk = steps["graph.ppr"]
     assert walk.after == ("lexical", "dense")
     assert walk.params["passages"] == sample_engine.config.graph.seed_passages
     assert result.route.to_dict()["plan"][2]["step"] == "graph.ppr"  # type: ignore[index]
+    titles = steps["graph.titles"]  # the top hit's title links, read after fusion
+    assert titles.after == ("lexical", "dense", "graph.ppr")
+    assert titles.params == {"sources": 1, "links": 1, "rank": 3}
     plain = sample_engine.search("customer was billed twice", k=5)
     assert "graph.ppr" not in {s.step for s in plain.route.plan}  # no concept: no walk
 

@@ -115,7 +115,7 @@ def check_provenance(meta: dict[str, Any], hit: Hit, rank: int) -> None:
     assert meta["rank"] == rank
     assert meta["heading_path"] == list(hit.heading_path)
     assert meta["contributions"] == [c.to_dict() for c in hit.contributions]
-    assert {c["leg"] for c in meta["contributions"]} <= {"lexical", "dense", "graph"}
+    assert {c["leg"] for c in meta["contributions"]} <= {"lexical", "dense", "graph", "title_link"}
     assert meta["graph"] == (None if hit.graph is None else hit.graph.to_dict())
     assert meta["expansion"] == [p.to_dict() for p in hit.expansion]
     assert meta["metadata"] == hit.metadata

@@ -124,7 +124,7 @@ def trail_text(step: dict[str, Any]) -> str:
             e["edge"] + (f" ({', '.join(e['via'])})" if e.get("via") else "") for e in step["edges"]
         )
         return f"concepts {', '.join(step['concepts'])} → {edges} → {end}"
-    if kind in ("graph expansion", "graph walk"):
+    if kind in ("graph expansion", "graph walk", "title link"):
         edges = " → ".join(
             f"{e['edge']}{' ' + repr(e['via']) if e['via'] else ''} → {e['to']}"
             for e in step["edges"]

@@ -44,9 +44,10 @@ METRICS: tuple[str, ...] = (
 ABLATIONS: tuple[str, ...] = ("lexical", "dense", "graph", "hybrid", "rules", "default")
 """Ablation order: each leg alone, hybrid RRF without graph, hybrid + graph routed by the rules
 alone, the default (rules, then the learned leg weights). ``--ablate`` adds ``oracle-route``."""
-EXTRAS: tuple[str, ...] = ("-graph", "graph-walk", "+expand", "+rerank-blend")
-"""Rows after the ablation: the default without its graph leg, the default with the previous
-graph leg (the hop walk instead of PageRank), default + graph expansion, default + the
+EXTRAS: tuple[str, ...] = ("-graph", "-titles", "graph-walk", "+expand", "+rerank-blend")
+"""Rows after the ablation: the default without its graph leg, the default without title
+links (:mod:`clew.retrieve.titles`), the default with the previous graph leg (the hop walk
+instead of PageRank), default + graph expansion, default + the
 untrained feature blend. ``configs_for`` adds ``+rerank-features`` (the given weights, else the
 shipped ones) and ``+rerank-ce`` when given a cross-encoder."""
 ASSEMBLE_FROM = 20
@@ -381,12 +382,15 @@ def _oracle_route(
 
 
 def variant(name: str, models: Mapping[str, str] | None = None) -> EngineConfig:
-    """A preset, or an extra row: ``-graph``, ``graph-walk``, ``+expand``, ``+rerank-blend``,
+    """A preset, or an extra row: ``-graph``, ``-titles``, ``graph-walk``, ``+expand``,
+    ``+rerank-blend``,
     ``+rerank-features``, ``+rerank-ce`` (the last two read their model from ``models``)."""
     models = models or {}
     default = preset_config("default")
     if name == "-graph":
         return default.with_overrides(fusion={"graph_weight": 0.0})
+    if name == "-titles":
+        return default.with_overrides(graph={"title_links": 0})
     if name == "graph-walk":
         return default.with_overrides(graph={"method": "walk"}, router={"named_graph_weight": 0.15})
     if name == "+expand":

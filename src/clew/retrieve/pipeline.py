@@ -36,6 +36,7 @@ from clew.retrieve.recency import apply_recency
 from clew.retrieve.rerank import rerank
 from clew.retrieve.route import adaptive, route, walks_by_pagerank, weigh
 from clew.retrieve.run import SAME_SCOPE, BrokenReranker, Run, elapsed_ms, to_hit
+from clew.retrieve.titles import title_links
 from clew.types import JSONValue, LegHit, PlanStep, Route
 
 __all__ = ["NAMED_KINDS", "Services", "check_query", "retrieve"]
@@ -187,6 +188,14 @@ def retrieve(
             pool = dedup(pool, content_hash)
         run.expanded = pool
         timings["expand"] = elapsed_ms(t)
+    if "graph" in chosen.legs and cfg.graph.title_links > 0 and pool:
+        t = time.perf_counter()
+        pool, brought = title_links(
+            pool, snap.graph_index, snap.mask(where), cfg.graph, chunk_id, snap.load_keys
+        )
+        if brought:
+            run.expanded = pool
+        timings["titles"] = elapsed_ms(t)
 
     rows: dict[int, ChunkRow] = {}
     if cfg.rerank.kind != "none" and pool:
@@ -272,6 +281,10 @@ def _plan(
         else:
             params = {"concepts": concepts, "max_hops": g.max_hops, "depth": g.depth}
             steps.append(PlanStep("graph.walk", params=params))
+        if g.title_links > 0 and g.title_sources > 0:
+            fused = tuple(s.step for s in steps)
+            params = {"sources": g.title_sources, "links": g.title_links, "rank": g.title_rank}
+            steps.append(PlanStep("graph.titles", after=fused, params=params))
     return tuple(steps)
 
 

@@ -114,6 +114,7 @@ def check_store(make_store: Callable[[], Store]) -> None:
     concept_keys = {c[1] for c in g.concepts}
     assert concept_keys == {"err-1"}, f"concepts are shared across documents: {concept_keys}"
     assert len(g.mentions) == 2 and ("b", "a") in set(g.links)
+    assert sorted(g.titles) == [("a", "a"), ("b", "b")], "each document's title, for title links"
 
     # update: a's chunks are replaced, never duplicated; ordinals are not reused
     a2 = make_record("a", ["alpha changed"], metadata={"audience": "public"}, seed=1)

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from clew.backends.embedded.files import Origin, Source, load_saved, saving
 from clew.index.graph import GraphIndex
 
-FORMAT = "clew-graph/1"
+FORMAT = "clew-graph/2"
 
 
 def save_graph(graph: GraphIndex, directory: Path, origin: Origin | None = None) -> None:
@@ -35,6 +35,8 @@ def save_graph(graph: GraphIndex, directory: Path, origin: Origin | None = None)
         "n_chunks": graph.n_chunks,
         "max_words": graph.max_words,
         "doc_links": graph.doc_links,
+        "link_types": graph.link_types,
+        "about": [[r, list(d)] for r, d in graph.about.items()],
         "chunk_doc": [[o, d] for o, d in graph.chunk_doc.items()],
         "next_chunk": [[a, b] for a, b in graph.next_chunk.items()],
     }
@@ -75,6 +77,11 @@ def _read(meta: dict[str, Any], file: Callable[[str], Path]) -> GraphIndex | Non
     g.key_to_row = {k: i for i, k in enumerate(g.keys)}
     g.n_chunks, g.max_words = int(meta["n_chunks"]), int(meta["max_words"])
     g.doc_links = {str(d): list(t) for d, t in dict(meta["doc_links"]).items()}
+    g.link_types = {
+        str(a): {str(b): str(r) for b, r in dict(t).items()}
+        for a, t in dict(meta["link_types"]).items()
+    }
+    g.about = {int(r): tuple(str(d) for d in docs) for r, docs in meta["about"]}
     g.chunk_doc = {int(o): d for o, d in meta["chunk_doc"]}
     g.next_chunk = {int(a): int(b) for a, b in meta["next_chunk"]}
     shape = (int(arrays["shape"][0]), int(arrays["shape"][1]))
@@ -91,6 +98,7 @@ def _read(meta: dict[str, Any], file: Callable[[str], Path]) -> GraphIndex | Non
         or len(g.key_to_row) != shape[0]
         or len(g.pagerank_concept) != shape[0]
         or any(o >= shape[1] for o in g.chunk_doc)
+        or any(r >= shape[0] for r in g.about)
     ):
         return None
     return g

@@ -732,6 +732,7 @@ class SQLiteStore:
             mentions=conn.execute("SELECT ordinal, concept_id, count FROM mentions").fetchall(),
             chunks=conn.execute("SELECT ordinal, doc_id, seq FROM chunks").fetchall(),
             links=conn.execute("SELECT doc_id, target FROM links").fetchall(),
+            titles=conn.execute("SELECT doc_id, title FROM documents").fetchall(),
         )
 
 

@@ -471,6 +471,9 @@ class PgGraph:
                     links=conn.execute(
                         "SELECT doc_id, target FROM links ORDER BY doc_id, target"
                     ).fetchall(),
+                    titles=conn.execute(
+                        "SELECT doc_id, title FROM documents ORDER BY doc_id"
+                    ).fetchall(),
                 )
                 size = max((int(r[0]) for r in rows.chunks), default=-1) + 1
                 cache.graph = GraphIndex.build(rows, size, -1)

@@ -576,6 +576,9 @@ class PostgresStore:
                 links=[
                     (str(a), str(b)) for a, b in conn.execute("SELECT doc_id, target FROM links")
                 ],
+                titles=[
+                    (str(a), str(b)) for a, b in conn.execute("SELECT doc_id, title FROM documents")
+                ],
             )
 
     # -- whole documents (for copying an index) ------------------------------------------------

@@ -42,6 +42,7 @@ LEG_LABELS: dict[str, str] = {
     "dense": "dense (embeddings)",
     "graph": "graph (concepts)",
     "graph_expansion": "graph expansion",
+    "title_link": "title link",
     "rerank": "rerank",
 }
 DROP_REASONS: dict[str, str] = {
@@ -364,7 +365,7 @@ def why_dot(why: Mapping[str, Any], *, question: str = "", title: str = "") -> s
             for a in current:
                 if a != chunk:
                     dot.edge(a, chunk)
-        elif kind in ("graph expansion", "graph walk"):
+        elif kind in ("graph expansion", "graph walk", "title link"):
             seed_id = str(step.get("seed", ""))
             if step.get("seed_kind") == "concept":
                 current_node = dot.node("concept", seed_id, f"concept\n{seed_id}", **_CONCEPT)

@@ -1,0 +1,139 @@
+"""Title links: a top hit that names another document by its title brings that document up.
+
+A bridge question ("who directed the film shot in Leland in 1986?") finds the first document
+("Leland, North Carolina … the film *Maximum Overdrive* was shot here") but not the second,
+which shares no words with the question: the one titled *Maximum Overdrive*. The first hit
+names it. So after fusion (and expansion), for each of the top ``graph.title_sources`` hits,
+the concepts its chunk mentions that are another document's title (:func:`clew.index.graph.
+title_keys`, :attr:`GraphIndex.about`) lead to that document: its first allowed chunk joins the
+hits at rank ``graph.title_rank`` (the hits ahead keep their places, the rest move down one),
+``graph.title_links`` per source at most.
+
+Only chunks the caller may see are sources or targets, and a concept that titles more than
+:data:`~clew.index.graph.TITLE_MAX_DOCS` *allowed* documents (a generic title) leads nowhere,
+so nothing outside the caller's filter shapes the result. Each chunk brought up carries a
+``title_link`` contribution (what it added to its score) and an expansion path from its source:
+``ABOUT 'Maximum Overdrive'`` (the concept is the target document's title). Its score lies
+between its new neighbours', so scores stay monotone with the order.
+
+Measured on the train and dev sets (``bench/results/titles.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from clew.config import GraphConfig
+from clew.filters import Mask
+from clew.index.graph import TITLE_MAX_DOCS, GraphIndex
+from clew.retrieve.fuse import Fused
+from clew.types import Contribution, ExpansionPath, PathStep
+
+LEG = "title_link"
+EDGE = "ABOUT"
+"""The path step from a source chunk to the document its concept titles."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Link:
+    source: Fused
+    target: int
+    concept: int
+    at: int
+    """The target's position in the pool (its length when it was not in it)."""
+    weight: float
+    """How often the source mentions the concept (``1 + ln count``)."""
+
+
+def title_links(
+    pool: Sequence[Fused],
+    graph: GraphIndex,
+    allowed: Mask,
+    config: GraphConfig,
+    chunk_id: Callable[[int], str],
+    load_keys: Callable[[Iterable[int]], None] | None = None,
+) -> tuple[list[Fused], int]:
+    """The pool with the documents its top hits name by title brought up; and how many were.
+    ``load_keys`` is told the chunks a path names before ``chunk_id`` is asked for them."""
+    out = list(pool)
+    keep = config.title_rank - 1
+    if config.title_links <= 0 or len(out) < 1 or not graph.about:
+        return out, 0
+    layout = graph.layout()
+    size = min(graph.mentions_csc.shape[1], len(allowed))
+    position = {f.ordinal: i for i, f in enumerate(out)}
+    ahead = {graph.chunk_doc.get(f.ordinal) for f in out[:keep]}
+
+    def first_allowed(doc: str) -> int | None:
+        return next((o for o in layout.doc_chunks.get(doc, ()) if o < size and allowed[o]), None)
+
+    chosen: list[_Link] = []
+    taken: set[str] = set()
+    col = graph.mentions_csc
+    for source in out[: config.title_sources]:
+        o = source.ordinal
+        if o >= size or not allowed[o]:
+            continue
+        own = graph.chunk_doc.get(o)
+        found: dict[str, _Link] = {}
+        lo, hi = col.indptr[o], col.indptr[o + 1]
+        for row, weight in zip(col.indices[lo:hi].tolist(), col.data[lo:hi].tolist(), strict=True):
+            docs = graph.about.get(row)
+            if not docs:
+                continue
+            targets: list[tuple[str, int]] = []
+            for d in docs:
+                t = first_allowed(d)
+                if t is not None:
+                    targets.append((d, t))
+                    if len(targets) > TITLE_MAX_DOCS:
+                        break
+            if not 1 <= len(targets) <= TITLE_MAX_DOCS:
+                continue
+            for doc, target in targets:
+                if doc == own or doc in ahead or doc in taken:
+                    continue
+                link = _Link(source, target, row, position.get(target, len(out)), weight)
+                best = found.get(doc)
+                if best is None or (-link.weight, link.concept) < (-best.weight, best.concept):
+                    found[doc] = link
+        ranked = sorted(found.items(), key=lambda kv: (kv[1].at, -kv[1].weight, kv[0]))
+        for doc, link in ranked[: config.title_links]:
+            chosen.append(link)
+            taken.add(doc)
+    if not chosen:
+        return out, 0
+    moved = {link.target for link in chosen}
+    if load_keys is not None:
+        load_keys([*moved, *(link.source.ordinal for link in chosen)])
+    rest = [f for f in out if f.ordinal not in moved]
+    head, tail = rest[:keep], rest[keep:]
+    upper = head[-1].score if head else (tail[0].score if tail else 1.0) + 1.0
+    lower = tail[0].score if tail else min(0.0, upper)
+    brought: list[Fused] = []
+    for i, link in enumerate(chosen):
+        score = upper - (upper - lower) * (i + 1) / (len(chosen) + 1)
+        at = link.at
+        before = out[at] if at < len(out) else None
+        base = before.score if before is not None else 0.0
+        label = graph.labels[link.concept] or graph.keys[link.concept]
+        path = ExpansionPath(
+            chunk_id(link.source.ordinal),
+            1,
+            (PathStep(EDGE, label, chunk_id(link.target)),),
+            1.0,
+        )
+        part = Contribution(LEG, keep + i + 1, link.weight, score - base)
+        if before is not None:
+            brought.append(
+                replace(
+                    before,
+                    score=score,
+                    contributions=(*before.contributions, part),
+                    expansion=(path, *before.expansion),
+                )
+            )
+        else:
+            brought.append(Fused(link.target, score, (part,), None, (), (path,)))
+    return head + brought + tail, len(brought)

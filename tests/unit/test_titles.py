@@ -1,0 +1,136 @@
+"""Title links on a hand-built graph: which titles a concept goes by, where the named document
+joins, provenance, and the access mask (a hidden document is neither a target nor counted)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from clew.config import GraphConfig
+from clew.errors import ConfigError
+from clew.index.graph import GraphIndex, title_keys
+from clew.protocols import GraphRows
+from clew.retrieve.fuse import Fused
+from clew.retrieve.titles import EDGE, LEG, title_links
+from clew.types import Contribution
+
+# ordinal: doc, seq
+CHUNKS = [
+    (0, "leland", 0),  # the top hit: mentions "Maximum Overdrive" and "Wilmington"
+    (1, "other-1", 0),
+    (2, "other-2", 0),
+    (3, "other-3", 0),
+    (4, "overdrive", 0),  # titled "Maximum Overdrive (film)", far down the pool
+    (5, "overdrive", 1),
+    (6, "wilm-a", 0),  # "Wilmington" titles three documents: generic, leads nowhere ...
+    (7, "wilm-b", 0),
+    (8, "wilm-c", 0),
+    (9, "pool", 0),  # "pool": a one-word common noun titles nothing
+]
+CONCEPTS = [
+    (1, "maximum overdrive", "Maximum Overdrive", "entity"),
+    (2, "wilmington", "Wilmington", "entity"),
+    (3, "pool", "pool", "phrase"),
+]
+MENTIONS = [(0, 1, 2), (0, 2, 1), (0, 3, 1), (4, 1, 1)]
+TITLES = [
+    ("leland", "Leland, North Carolina"),
+    ("overdrive", "Maximum Overdrive (film)"),
+    ("wilm-a", "Wilmington"),
+    ("wilm-b", "Wilmington"),
+    ("wilm-c", "Wilmington"),
+    ("pool", "Pool"),
+    ("other-1", "Other one"),
+    ("other-2", "Other two"),
+    ("other-3", "Other three"),
+]
+
+
+def graph() -> GraphIndex:
+    rows = GraphRows(CONCEPTS, MENTIONS, CHUNKS, [], TITLES)
+    return GraphIndex.build(rows, len(CHUNKS), release=1)
+
+
+def ids(o: int) -> str:
+    return f"c{o}"
+
+
+def pool() -> list[Fused]:
+    return [
+        Fused(o, 1.0 - 0.1 * i, (Contribution("lexical", i + 1, 5.0 - i, 1.0 - 0.1 * i),), None)
+        for i, o in enumerate([0, 1, 2, 3])
+    ]
+
+
+def run(allowed: np.ndarray | None = None, **cfg: int) -> tuple[list[Fused], int]:
+    g = graph()
+    mask = np.ones(len(CHUNKS), dtype=bool) if allowed is None else allowed
+    return title_links(pool(), g, mask, GraphConfig(**cfg), ids)  # type: ignore[arg-type]
+
+
+def test_title_keys() -> None:
+    assert title_keys("Charmed (TV series)") >= {"charmed", "charmed tv series"}
+    assert title_keys("ERR-4012") == {"err-4012"}
+    assert title_keys("the Pro Bowls") == {"pro bowls", "pro bowl"}
+    assert title_keys("SW-2207: Vehicle not responding") == {"sw-2207 vehicle not responding"}
+    assert title_keys("") == set() and title_keys("x" * 121) == set()
+    assert title_keys("The") == set()
+
+
+def test_graph_maps_concepts_to_the_documents_they_title() -> None:
+    g = graph()
+    about = {g.keys[r]: docs for r, docs in g.about.items()}
+    assert about["maximum overdrive"] == ("overdrive",)
+    assert about["wilmington"] == ("wilm-a", "wilm-b", "wilm-c")  # kept: the cap is per caller
+    assert "pool" not in about  # a one-word common noun titles nothing
+
+
+def test_named_document_joins_at_title_rank_with_its_path() -> None:
+    out, brought = run()
+    assert brought == 1
+    assert [f.ordinal for f in out] == [0, 1, 4, 2, 3]  # the document's first chunk, rank 3
+    linked = out[2]
+    assert out[1].score > linked.score > out[3].score
+    (part,) = [c for c in linked.contributions if c.leg == LEG]
+    assert part.rank == 3 and part.fused_part == pytest.approx(linked.score)
+    (path,) = linked.expansion
+    assert path.seed == "c0" and path.hops == 1
+    assert [(s.edge, s.via, s.to) for s in path.steps] == [(EDGE, "Maximum Overdrive", "c4")]
+
+
+def test_rank_and_off() -> None:
+    assert [f.ordinal for f in run(title_rank=2)[0]] == [0, 4, 1, 2, 3]
+    assert run(title_links=0) == (pool(), 0)
+
+
+def test_a_document_already_ahead_is_left_where_it_is() -> None:
+    g = graph()
+    head = [Fused(0, 1.0, (), None), Fused(4, 0.9, (), None), Fused(1, 0.8, (), None)]
+    out, brought = title_links(head, g, np.ones(len(CHUNKS), dtype=bool), GraphConfig(), ids)
+    assert brought == 0 and out == head
+
+
+def test_hidden_target_is_never_brought_and_its_next_chunk_is_not_used() -> None:
+    allowed = np.ones(len(CHUNKS), dtype=bool)
+    allowed[4] = False  # the titled document's first chunk is hidden; its second is not
+    out, _ = run(allowed)
+    assert 4 not in {f.ordinal for f in out} and out[2].ordinal == 5
+    allowed[5] = False
+    assert run(allowed) == (pool(), 0)
+
+
+def test_generic_title_counts_only_allowed_documents() -> None:
+    # three documents are titled "Wilmington": generic, so it leads nowhere ...
+    assert all(g.ordinal not in (6, 7, 8) for g in run()[0])
+    # ... but a caller who sees only one of them gets the same as a corpus holding only it
+    allowed = np.ones(len(CHUNKS), dtype=bool)
+    allowed[[4, 5, 7, 8]] = False
+    out, brought = run(allowed, title_links=2)
+    assert brought == 1 and out[2].ordinal == 6
+
+
+def test_config_checks() -> None:
+    with pytest.raises(ConfigError, match=r"graph\.title_rank=1 is invalid; allowed: 2\.\.100"):
+        GraphConfig(title_rank=1)
+    with pytest.raises(ConfigError, match=r"graph\.title_links=11"):
+        GraphConfig(title_links=11)
