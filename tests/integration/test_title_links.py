@@ -113,3 +113,16 @@ def test_link_survives_reopening(tmp_path: Path) -> None:
         after = engine.search(QUERY, k=5)
     assert [h.chunk_id for h in after.hits] == before
     assert any(LEG in {c.leg for c in h.contributions} for h in after.hits)
+
+
+def test_typed_link_relations_survive_reopening(tmp_path: Path) -> None:
+    docs = [
+        Document("inc-1", "INC-1", "The pool was resized.", "inc-1"),
+        Document("inc-2", "INC-2", "Payments timed out.", "inc-2", links=("caused_by::inc-1",)),
+    ]
+    with fake_engine(tmp_path / "idx") as engine:
+        engine.ingest(docs)
+        before = engine.snapshot().graph_index.link_types
+    assert before == {"inc-2": {"inc-1": "caused_by"}}
+    with fake_engine(tmp_path / "idx", create=False) as engine:
+        assert engine.snapshot().graph_index.link_types == before  # read from the saved graph
