@@ -3,13 +3,15 @@ steering which sentence comes first, a word budget, and the bridge to a second h
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from clew.compose.clean import plain, split_cells, table_row
 from clew.compose.extract import answer_text, select_sentences
 from clew.compose.question import classify, names, type_match
 from clew.errors import QueryError
-from clew.types import Hit
+from clew.types import ExpansionPath, Hit, PathStep
 
 
 def hit(cid: str, text: str) -> Hit:
@@ -207,6 +209,24 @@ def test_a_hit_titled_by_the_bridge_name_is_the_second_hop_and_short_questions_d
     assert picked[1].parts["bridge"] > 0
     short = select_sentences("Which album did M. Ward make third?", hits, max_sentences=2)
     assert all(s.parts.get("bridge", 0.0) == 0.0 for s in short)
+
+
+def test_a_title_linked_hit_is_the_second_hop_whatever_its_sentences_name() -> None:
+    film = "The Curse of the Jade Scorpion is a 2001 crime comedy film by Woody Allen."
+    actress = "She starred in the sitcom Mad About You for seven years."
+    opener = "Helen Elizabeth Hunt is an American actress, director and screenwriter."
+    path = ExpansionPath("film#0", 1, (PathStep("ABOUT", "Helen Hunt", "hunt#0"),), 1.0)
+    hunt = Hit(
+        "hunt#0", "hunt", "Helen Hunt", f"{opener} {actress}", 1.0, {}, (), expansion=(path,)
+    )
+    other = hit("allen#0", "Woody Allen directed a 2001 crime comedy film for seven weeks.")
+    q = "The Curse of the Jade Scorpion features an actress who starred in what for seven years?"
+    picked = select_sentences(q, [hit("film#0", film), other, hunt], max_sentences=2)
+    assert [s.sentence.chunk_id for s in picked] == ["film#0", "hunt#0"]
+    assert picked[1].sentence.text == actress and picked[1].parts["bridge"] > 0
+    unlinked = replace(hunt, expansion=())
+    plain = select_sentences(q, [hit("film#0", film), other, unlinked], max_sentences=2)
+    assert [s.sentence.chunk_id for s in plain] == ["film#0", "allen#0"]
 
 
 def test_asides_that_do_not_answer_are_left_out() -> None:

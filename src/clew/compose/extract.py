@@ -463,6 +463,18 @@ def _titled(hits: Sequence[Hit], subject: str) -> set[int]:
     return out
 
 
+def _title_links(hits: Sequence[Hit]) -> dict[int, set[int]]:
+    """Hit index → the hits that came up because it names them by their title (a title link's
+    ``ABOUT`` path from that hit's chunk: :mod:`clew.retrieve.titles`)."""
+    index_of = {h.chunk_id: i for i, h in enumerate(hits)}
+    out: dict[int, set[int]] = {}
+    for j, h in enumerate(hits):
+        for path in h.expansion:
+            if path.steps and path.steps[0].edge == "ABOUT" and path.seed in index_of:
+                out.setdefault(index_of[path.seed], set()).add(j)
+    return out
+
+
 def select_sentences(
     question: str,
     hits: Sequence[Hit],
@@ -486,7 +498,10 @@ def select_sentences(
     Headings compete only as the definition a definition question asks for. After the first
     pick, a sentence naming a name the chosen ones bring and the question does not say gains
     :data:`BRIDGE_WEIGHT` (the second hop of a multi-hop question; a hit's first sentence names
-    the hit's title too), in a question of at least :data:`BRIDGE_MIN_WORDS` words.
+    the hit's title too), in a question of at least :data:`BRIDGE_MIN_WORDS` words; so does,
+    in any question, a sentence of a hit that a chosen sentence's hit names by its title (the
+    title link that brought it up is the second hop itself; on the train sets: HotpotQA
+    0.50 → 0.52, MuSiQue 0.23 → 0.25 gold in the answer, support and memory unchanged).
     With ``embed_limit``, only that many sentences are embedded (the best by the other
     features); the rest score no cosine. Ties are broken by (hit_index, start). ``idf``
     weights question terms (missing terms weigh 1.0, negative ones 0). See the module
@@ -581,6 +596,8 @@ def select_sentences(
     scored.sort(key=lambda s: (-s.score, s.sentence.hit_index, s.sentence.start))
     titles = [h.title.casefold() for h in hits]
     chained = len(question.split()) >= BRIDGE_MIN_WORDS
+    linked_from = _title_links(hits)
+    linked: set[int] = set()  # hits that hits of chosen sentences name by their title
     low_question = question.casefold()
     chosen: list[_Scored] = []
     per_hit: dict[int, int] = {}
@@ -609,6 +626,8 @@ def select_sentences(
                     # a hit's first sentence reads as naming the hit's title ("M. Ward")
                     here = f"{titles[cand.sentence.hit_index]}\n{here}"
                 bridge = BRIDGE_WEIGHT * any(b in here for b in bridges)
+            if cand.sentence.hit_index in linked:
+                bridge = BRIDGE_WEIGHT
             if chosen and max_words is not None:
                 room = max_words * (BRIDGE_ROOM if bridge > 0 and len(chosen) == 1 else 1.0)
                 if words_used + length > room:
@@ -631,6 +650,7 @@ def select_sentences(
         words_used += len(cand.sentence.text.split())
         per_hit[cand.sentence.hit_index] = per_hit.get(cand.sentence.hit_index, 0) + 1
         bridges |= _novel_names(cand.sentence.text, low_question)
+        linked |= linked_from.get(cand.sentence.hit_index, set())
     return [Selected(c.sentence, c.score, c.parts, c.matched) for c in chosen]
 
 
