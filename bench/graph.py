@@ -6,10 +6,12 @@ Rows per set (and per slice), in the order of issue #16's table:
 
 - ``hybrid``: RRF of lexical and dense, no graph (the usual baseline);
 - ``-graph``: the default without its graph leg (convex fusion, the learned lexical/dense split);
-- ``+graph-old``: the default with the previous graph leg (the 1-2 hop walk, ``graph-walk``);
-- ``+PPR-leg``: Personalized PageRank seeded by the query's concepts alone, on every query;
+- ``+graph-old``: the default with the previous graph leg (the 1-2 hop walk, ``graph-walk``),
+  no title links;
+- ``+PPR-leg``: Personalized PageRank seeded by the query's concepts alone, on every query, no
+  title links;
 - ``+plans``: PPR seeded by the concepts and the top lexical + dense passages (a sequential
-  plan: it runs after those legs), on every query;
+  plan: it runs after those legs), on every query, no title links;
 - ``-titles``: the default without title links (:mod:`clew.retrieve.titles`);
 - ``default`` (``graph.method: auto``): the router's plan, PPR seeded by both for a question
   that names an entity or identifier, the walk beside the text legs otherwise, then the top
@@ -48,12 +50,16 @@ SETS = (
 
 def configs() -> list[tuple[str, EngineConfig]]:
     default = preset_config("default")
+    untitled = {"title_links": 0}  # the graph legs as they were before title links
     return [
         ("hybrid", preset_config("hybrid")),
         ("-graph", variant("-graph")),
-        ("+graph-old", variant("graph-walk")),
-        ("+PPR-leg", default.with_overrides(graph={"method": "ppr", "seed_passages": 0})),
-        ("+plans", default.with_overrides(graph={"method": "ppr"})),
+        ("+graph-old", variant("graph-walk").with_overrides(graph=untitled)),
+        (
+            "+PPR-leg",
+            default.with_overrides(graph={"method": "ppr", "seed_passages": 0, **untitled}),
+        ),
+        ("+plans", default.with_overrides(graph={"method": "ppr", **untitled})),
         ("-titles", variant("-titles")),
         ("default", default),
         ("+PPR-expansion", variant("+expand")),
@@ -92,7 +98,8 @@ def main() -> int:
             values = [r.slices[s][metric] for r in runs]
             n = int(runs[0].slices[s].get("n", 0))
             cells = " | ".join(f"{v:.4f}" for v in values)
-            delta = values[5] - values[0]
+            names = [name for name, _ in chosen]
+            delta = values[names.index("default")] - values[names.index("hybrid")]
             name = f"{dataset.name}:{split} {metric}" if s == "all" else ""
             lines.append(f"| {name} | {s} | {n} | {cells} | {delta:+.4f} |")
             print(lines[-1], flush=True)
