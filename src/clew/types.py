@@ -98,14 +98,20 @@ class Contribution:
         }
 
 
+TITLE_EDGE = "ABOUT"
+"""The step of a title link (:mod:`clew.retrieve.titles`): from a chunk that mentions a concept
+to the document the concept titles."""
+
+
 @dataclass(frozen=True, slots=True)
 class PathStep:
     """One chunk-to-chunk step of a graph-expansion walk."""
 
     edge: str
     """``MENTIONS`` (both chunks mention the concept ``via``), ``NEXT`` (adjacent chunks of one
-    document), ``LINKS_TO`` (the document links to ``via``) or ``LINKED_FROM`` (``via`` links
-    to the document)."""
+    document), ``LINKS_TO`` (the document links to ``via``), ``LINKED_FROM`` (``via`` links
+    to the document) or ``ABOUT`` (:data:`TITLE_EDGE`: the concept ``via`` is the reached
+    document's title; a title link)."""
     via: str
     to: str
     """Chunk id reached by this step."""
@@ -150,6 +156,11 @@ class ExpansionPath:
     steps: tuple[PathStep, ...]
     weight: float
     """Product of the edge weights along the path (before the hop penalty)."""
+
+    @property
+    def by_title(self) -> bool:
+        """A title link: the seed's chunk names the reached document by its title."""
+        return bool(self.steps) and self.steps[0].edge == TITLE_EDGE
 
     def to_dict(self) -> dict[str, JSONValue]:
         return {

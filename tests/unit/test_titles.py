@@ -94,7 +94,7 @@ def test_named_document_joins_at_title_rank_with_its_path() -> None:
     (part,) = [c for c in linked.contributions if c.leg == LEG]
     assert part.rank == 3 and part.fused_part == pytest.approx(linked.score)
     (path,) = linked.expansion
-    assert path.seed == "c0" and path.hops == 1
+    assert path.seed == "c0" and path.hops == 1 and path.by_title
     assert [(s.edge, s.via, s.to) for s in path.steps] == [(EDGE, "Maximum Overdrive", "c4")]
 
 

@@ -395,9 +395,7 @@ def why(hit: Hit, matched_terms: Sequence[str], kept_rank: int | None) -> dict[s
     for path in hit.expansion[:2]:
         trail.append(
             {
-                "from": "title link"
-                if path.steps and path.steps[0].edge == "ABOUT"
-                else "graph expansion",
+                "from": "title link" if path.by_title else "graph expansion",
                 "seed": path.seed,
                 "edges": [s.to_dict() for s in path.steps],
                 "chunk": hit.chunk_id,

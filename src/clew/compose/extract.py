@@ -470,7 +470,7 @@ def _title_links(hits: Sequence[Hit]) -> dict[int, set[int]]:
     out: dict[int, set[int]] = {}
     for j, h in enumerate(hits):
         for path in h.expansion:
-            if path.steps and path.steps[0].edge == "ABOUT" and path.seed in index_of:
+            if path.by_title and path.seed in index_of:
                 out.setdefault(index_of[path.seed], set()).add(j)
     return out
 

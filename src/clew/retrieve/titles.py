@@ -28,11 +28,10 @@ from clew.config import GraphConfig
 from clew.filters import Mask
 from clew.index.graph import TITLE_MAX_DOCS, GraphIndex
 from clew.retrieve.fuse import Fused
+from clew.types import TITLE_EDGE as EDGE
 from clew.types import Contribution, ExpansionPath, PathStep
 
 LEG = "title_link"
-EDGE = "ABOUT"
-"""The path step from a source chunk to the document its concept titles."""
 
 
 @dataclass(frozen=True, slots=True)
