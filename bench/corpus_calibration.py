@@ -39,12 +39,10 @@ from clew.eval.datasets import load_dataset
 from clew.eval.runner import open_index
 from clew.retrieve.adaptive import RouterModel, load_router
 from clew.train.router import Example, fit, mean_gain
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rerank import dataset_dir
 from router import SETS, examples_of
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
 SHIFTS = np.arange(-3.0, 3.01, 0.25)
 """Candidate bias shifts of the router's logit (the ceiling's search)."""
 SLOPES = np.arange(-20.0, 20.01, 1.0)
@@ -52,14 +50,9 @@ SLOPES = np.arange(-20.0, 20.01, 1.0)
 SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
-def corpus_of(name: str) -> Path:
-    own = ROOT / "eval" / "dev" / name
-    return own if own.is_dir() else DATA / name
-
-
 def pseudo_queries(name: str, split: str, docs: int) -> list[tuple[str, str, str]]:
     """(doc id, sentence, sentence with every third word dropped) for ``docs`` documents."""
-    dataset = load_dataset(corpus_of(name), split)
+    dataset = load_dataset(dataset_dir(name), split)
     with dataset.corpus_path.open(encoding="utf-8") as handle:
         rows = [json.loads(line) for line in handle if line.strip()]
     rows.sort(key=lambda r: hashlib.sha1(str(r["_id"]).encode()).hexdigest())
@@ -78,7 +71,7 @@ def pseudo_queries(name: str, split: str, docs: int) -> list[tuple[str, str, str
 
 def leg_mrr(name: str, split: str, docs: int) -> dict[str, float]:
     """MRR@10 of each pseudo-query's source document per leg, plain and with words dropped."""
-    dataset = load_dataset(corpus_of(name), split)
+    dataset = load_dataset(dataset_dir(name), split)
     engine = open_index(dataset, EngineConfig())
     legs = {
         leg: preset_config(leg).with_overrides(trace={"enabled": False})

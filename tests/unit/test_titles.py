@@ -65,7 +65,7 @@ def pool() -> list[Fused]:
 def run(allowed: np.ndarray | None = None, **cfg: int) -> tuple[list[Fused], int]:
     g = graph()
     mask = np.ones(len(CHUNKS), dtype=bool) if allowed is None else allowed
-    return title_links(pool(), g, mask, GraphConfig(**cfg), ids)  # type: ignore[arg-type]
+    return title_links(pool(), g, lambda: mask, GraphConfig(**cfg), ids)  # type: ignore[arg-type]
 
 
 def test_title_keys() -> None:
@@ -98,6 +98,14 @@ def test_named_document_joins_at_title_rank_with_its_path() -> None:
     assert [(s.edge, s.via, s.to) for s in path.steps] == [(EDGE, "Maximum Overdrive", "c4")]
 
 
+def test_the_mask_is_asked_only_when_a_top_hit_names_a_title() -> None:
+    def never() -> np.ndarray:
+        raise AssertionError("the mask was built for a pool whose top hit names no title")
+
+    quiet = [Fused(1, 1.0, (), None), Fused(0, 0.9, (), None), Fused(2, 0.8, (), None)]
+    assert title_links(quiet, graph(), never, GraphConfig(), ids) == (quiet, 0)
+
+
 def test_rank_and_off() -> None:
     assert [f.ordinal for f in run(title_rank=2)[0]] == [0, 4, 1, 2, 3]
     assert run(title_links=0) == (pool(), 0)
@@ -106,7 +114,8 @@ def test_rank_and_off() -> None:
 def test_a_document_already_ahead_is_left_where_it_is() -> None:
     g = graph()
     head = [Fused(0, 1.0, (), None), Fused(4, 0.9, (), None), Fused(1, 0.8, (), None)]
-    out, brought = title_links(head, g, np.ones(len(CHUNKS), dtype=bool), GraphConfig(), ids)
+    everything = np.ones(len(CHUNKS), dtype=bool)
+    out, brought = title_links(head, g, lambda: everything, GraphConfig(), ids)
     assert brought == 0 and out == head
 
 

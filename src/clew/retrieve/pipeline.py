@@ -12,11 +12,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
 
 from clew.config import EngineConfig
 from clew.errors import QueryError
-from clew.filters import filter_key, parse_filter, to_json
+from clew.filters import Mask, filter_key, parse_filter, to_json
 from clew.index.graph import LinkedConcept
 from clew.index.ppr import Walk, explain, ppr
 from clew.ingest.analyze import query_terms
@@ -27,7 +28,6 @@ from clew.protocols import (
     Reranker,
     ScopeStats,
     Snapshot,
-    Where,
 )
 from clew.retrieve.expand import expand
 from clew.retrieve.features import features
@@ -145,11 +145,18 @@ def retrieve(
     def content_hash(o: int) -> str:
         return keys[o][1]
 
+    @cache
+    def allowed() -> Mask:
+        """The caller's mask, built once per query and only if a stage walks the graph."""
+        return snap.mask(where)
+
     walk: Walk | None = None
     if walk_after:
         # a sequential plan: the lexical and dense passages seed the walk with the concepts
         t = time.perf_counter()
-        lists["graph"], walk = _ppr_leg(snap, where, cfg, chosen, lists, linked, scoped, chunk_id)
+        lists["graph"], walk = _ppr_leg(
+            snap, allowed(), cfg, chosen, lists, linked, scoped, chunk_id
+        )
         timings["graph"] = elapsed_ms(t)
 
     t = time.perf_counter()
@@ -178,7 +185,7 @@ def retrieve(
         pool, run.expand_stats = expand(
             fused,
             snap.graph_index,
-            snap.mask(where),
+            allowed(),
             cfg.expand,
             chunk_id,
             cfg.graph,
@@ -191,7 +198,7 @@ def retrieve(
     if "graph" in chosen.legs and cfg.graph.title_links > 0 and pool:
         t = time.perf_counter()
         pool, brought = title_links(
-            pool, snap.graph_index, snap.mask(where), cfg.graph, chunk_id, snap.load_keys
+            pool, snap.graph_index, allowed, cfg.graph, chunk_id, snap.load_keys
         )
         if brought:
             run.expanded = pool
@@ -290,7 +297,7 @@ def _plan(
 
 def _ppr_leg(
     snap: Snapshot,
-    where: Where,
+    allowed: Mask,
     cfg: EngineConfig,
     chosen: Route,
     lists: Mapping[str, list[LegHit]],
@@ -312,7 +319,7 @@ def _ppr_leg(
         passages = [(f.ordinal, round(f.score, 4)) for f in fused[:n]]
     return ppr(
         snap.graph_index,
-        snap.mask(where),
+        allowed,
         cfg.graph,
         linked,
         passages,

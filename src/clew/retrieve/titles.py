@@ -48,19 +48,27 @@ class _Link:
 def title_links(
     pool: Sequence[Fused],
     graph: GraphIndex,
-    allowed: Mask,
+    mask: Callable[[], Mask],
     config: GraphConfig,
     chunk_id: Callable[[int], str],
     load_keys: Callable[[Iterable[int]], None] | None = None,
 ) -> tuple[list[Fused], int]:
     """The pool with the documents its top hits name by title brought up; and how many were.
+    ``mask`` gives the caller's allowed chunks (asked only when a top hit names a title);
     ``load_keys`` is told the chunks a path names before ``chunk_id`` is asked for them."""
     out = list(pool)
     keep = config.title_rank - 1
-    if config.title_links <= 0 or len(out) < 1 or not graph.about:
+    col = graph.mentions_csc
+    sources = [f.ordinal for f in out[: config.title_sources] if f.ordinal < col.shape[1]]
+    if config.title_links <= 0 or not any(
+        int(r) in graph.about
+        for o in sources
+        for r in col.indices[col.indptr[o] : col.indptr[o + 1]]
+    ):
         return out, 0
+    allowed = mask()
     layout = graph.layout()
-    size = min(graph.mentions_csc.shape[1], len(allowed))
+    size = min(col.shape[1], len(allowed))
     position = {f.ordinal: i for i, f in enumerate(out)}
     ahead = {graph.chunk_doc.get(f.ordinal) for f in out[:keep]}
 
@@ -69,7 +77,6 @@ def title_links(
 
     chosen: list[_Link] = []
     taken: set[str] = set()
-    col = graph.mentions_csc
     for source in out[: config.title_sources]:
         o = source.ordinal
         if o >= size or not allowed[o]:
@@ -108,7 +115,7 @@ def title_links(
         load_keys([*moved, *(link.source.ordinal for link in chosen)])
     rest = [f for f in out if f.ordinal not in moved]
     head, tail = rest[:keep], rest[keep:]
-    upper = head[-1].score if head else (tail[0].score if tail else 1.0) + 1.0
+    upper = head[-1].score  # the sources are never moved, so the head is never empty
     lower = tail[0].score if tail else min(0.0, upper)
     brought: list[Fused] = []
     for i, link in enumerate(chosen):
