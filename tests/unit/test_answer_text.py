@@ -259,7 +259,8 @@ def test_the_span_asked_for_goes_first_when_it_scores_close() -> None:
     ]
     picked = select_sentences("How long is an idempotency key kept?", hits)
     assert picked[0].sentence.text == "Keys are kept for 24 hours."
-    assert picked[0].score < picked[1].score  # first for its type, not for its score
+    # first for its type, not for its score (the second's own, before its repeated terms)
+    assert picked[0].score < picked[1].score - picked[1].parts["repeat"]
     assert type_match("duration", "treated as a new charge", "how long") == 0.0  # not "a" + "s"
     # a sentence that only says a duration but is otherwise far off does not jump the queue
     far = [hit("a#0", "An idempotency key makes a retried idempotency key request run once."),
@@ -267,3 +268,18 @@ def test_the_span_asked_for_goes_first_when_it_scores_close() -> None:
     assert select_sentences("How long is an idempotency key kept?", far)[0].sentence.chunk_id == (
         "a#0"
     )
+
+
+def test_a_next_sentence_is_worth_the_question_terms_not_yet_said() -> None:
+    first = "Philip Carlo was a biographer of Richard Kuklinski, an American contract killer."
+    again = "Philip Carlo, the biographer, interviewed the American contract killer in prison."
+    answer = "Kuklinski was with members of the DeCavalcante crime family."
+    hits = [hit("carlo#0", first), hit("carlo#1", again), hit("kuklinski#0", answer)]
+    q = "Philip Carlo was a biographer for an American contract killer in what crime family?"
+    picked = select_sentences(q, hits, max_sentences=2)
+    assert [s.sentence.chunk_id for s in picked] == ["carlo#0", "kuklinski#0"]
+    assert picked[1].parts["repeat"] == 0.0
+    assert sum(picked[1].parts.values()) == pytest.approx(picked[1].score)
+    # without the rule the restatement would come second: its terms alone outscore the answer
+    rest = select_sentences(q, hits[1:], max_sentences=1)
+    assert rest[0].sentence.chunk_id == "carlo#1"
