@@ -640,8 +640,8 @@ def select_sentences(
                 bridge = BRIDGE_WEIGHT
             # terms the chosen sentences already say count no more: what the question asks
             # besides them (the second hop's relation) decides the next sentence
-            said = sum(weight[t] for t in cand.matched if t in covered)
-            repeat = -weights["term_overlap"] * said / total if said > 0 else 0.0
+            again = sum(weight[t] for t in cand.matched if t in covered)
+            repeat = -weights["term_overlap"] * again / total if again > 0 else 0.0
             if chosen and max_words is not None:
                 room = max_words * (BRIDGE_ROOM if bridge > 0 and len(chosen) == 1 else 1.0)
                 if words_used + length > room:
