@@ -98,6 +98,12 @@ def test_offsets_point_into_the_text() -> None:
         "Median latency fell to 3.5 ms after the change.",
         "The pool.max_size setting caps open connections.",
         "Apples, pears, etc. and other fruit were listed.",
+        "The county is in the U.S. state of Hawaii.",
+        "Haymo of Faversham, O.F.M. was an English friar.",
+        "He holds a Doctor of Laws (LL.D.) degree from Cambridge.",
+        "Christian Moerlein Brewing Co. is a beer company in Cincinnati.",
+        "Pick Me Up! is a British weekly magazine.",
+        'The episode "Say What?" is the third of the season.',
     ],
 )
 def test_does_not_split_abbreviations_numbers_or_identifiers(text: str) -> None:
@@ -111,6 +117,21 @@ def test_etc_and_no_end_a_sentence_when_they_should() -> None:
         "Then we left.",
         "The answer is no.",
         "See No. 5 for details.",
+    ]
+
+
+def test_initialisms_titles_and_company_abbreviations_end_a_sentence_before_a_capital() -> None:
+    text = (
+        "He moved to the U.S. The next year he left. They sold the Co. Then it closed. "
+        "Why did it close? Nobody knows why."
+    )
+    assert sentences(text) == [
+        "He moved to the U.S.",
+        "The next year he left.",
+        "They sold the Co.",
+        "Then it closed.",
+        "Why did it close?",
+        "Nobody knows why.",
     ]
 
 

@@ -8,7 +8,10 @@ inside a paragraph are soft wraps. Headings (``#`` lines), horizontal rules and 
 rows are not sentences. Inside a paragraph or list item a sentence ends at ``.``, ``?`` or ``!``
 (optionally followed by closing quotes/brackets) followed by whitespace, except after common
 abbreviations (``e.g.``, ``i.e.``, ``vs.``, ``Fig.``, ``et al.``, ``Dr.`` …) and single capital
-initials. Because a boundary needs whitespace after the terminator, numbers and versions
+initials, and — before a lowercase word only — after company abbreviations (``Co.``,
+``Inc.`` …), initialisms (``U.S.``, ``O.F.M.``, ``LL.D.``) and a ``?`` or ``!`` (a title
+that ends in one: ``Pick Me Up! is a magazine``); a new sentence starts with a capital.
+Because a boundary needs whitespace after the terminator, numbers and versions
 (``3.5 ms``, ``v2.3.1``) and dotted identifiers (``pool.max_size``) are never cut. Sentences over
 :data:`MAX_WORDS` whitespace words are cut at whitespace into balanced pieces of at most that
 many words; pieces with fewer than :data:`MIN_WORDS` words are dropped unless they contain an
@@ -145,8 +148,15 @@ _ABBREVIATIONS = frozenset(
     }
 )
 """Words (lowercased, without their final dot) after which a ``.`` does not end a sentence."""
-_LOWERCASE_NEXT = frozenset({"etc", "ca", "resp", "incl"})
-"""Abbreviations that often end a sentence: they only hold it together before a lowercase word."""
+_LOWERCASE_NEXT = frozenset(
+    {"etc", "ca", "resp", "incl", "co", "inc", "ltd", "corp", "bros", "plc", "llc", "dept"}
+)
+"""Abbreviations that often end a sentence: they only hold it together before a lowercase word
+(``Moerlein Brewing Co. is a …``, but ``… founded the Co. The next …``)."""
+_INITIALISM = re.compile(r"(?:[^\W\d_]{1,2}\.)+[^\W\d_]{1,2}")
+"""Letters with inner dots (``U.S``, ``O.F.M``, ``LL.D``, ``a.k.a``): like
+:data:`_LOWERCASE_NEXT`, they hold a sentence together before a lowercase word (``the U.S.
+state of Hawaii``)."""
 _DIGIT_NEXT = frozenset({"no", "nos"})
 """Abbreviations only before a number (``No. 5``); a plain word otherwise (``answer is no.``)."""
 
@@ -185,6 +195,13 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
+def _next_is_lower(text: str, at: int) -> bool:
+    """Whether the first non-space character from ``at`` on is a lowercase letter."""
+    while at < len(text) and text[at].isspace():
+        at += 1
+    return at < len(text) and text[at].islower()
+
+
 def _holds_together(text: str, block_start: int, dot: int, after: int) -> bool:
     """Whether the ``.`` at ``dot`` belongs to an abbreviation or an initial, not a sentence end.
 
@@ -197,13 +214,13 @@ def _holds_together(text: str, block_start: int, dot: int, after: int) -> bool:
     lower = word.casefold()
     if lower in _ABBREVIATIONS or (len(word) == 1 and word.isupper()):
         return True
-    if lower in _LOWERCASE_NEXT or lower in _DIGIT_NEXT:
+    if lower in _LOWERCASE_NEXT or _INITIALISM.fullmatch(word):
+        return _next_is_lower(text, after)
+    if lower in _DIGIT_NEXT:
         nxt = after
         while nxt < len(text) and text[nxt].isspace():
             nxt += 1
-        if nxt >= len(text):
-            return False
-        return text[nxt].islower() if lower in _LOWERCASE_NEXT else text[nxt].isdigit()
+        return nxt < len(text) and text[nxt].isdigit()
     return False
 
 
@@ -212,8 +229,11 @@ def _split_block(text: str, start: int, end: int) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     cur = start
     for m in _BOUNDARY.finditer(text, start, end):
-        if m.group(0).rstrip("\"'”’)]") == "." and _holds_together(text, start, m.start(), m.end()):
+        mark = m.group(0).rstrip("\"'”’)]")
+        if mark == "." and _holds_together(text, start, m.start(), m.end()):
             continue
+        if mark in ("!", "?") and _next_is_lower(text, m.end()):
+            continue  # a title that ends in one: "Pick Me Up! is a British weekly magazine"
         out.append((cur, m.end()))
         cur = m.end()
     out.append((cur, end))
