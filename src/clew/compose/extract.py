@@ -195,11 +195,11 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-def _next_is_lower(text: str, at: int) -> bool:
-    """Whether the first non-space character from ``at`` on is a lowercase letter."""
+def _next_char(text: str, at: int) -> str:
+    """The first non-space character of ``text`` from ``at`` on ("" at the end)."""
     while at < len(text) and text[at].isspace():
         at += 1
-    return at < len(text) and text[at].islower()
+    return text[at : at + 1]
 
 
 def _holds_together(text: str, block_start: int, dot: int, after: int) -> bool:
@@ -215,12 +215,9 @@ def _holds_together(text: str, block_start: int, dot: int, after: int) -> bool:
     if lower in _ABBREVIATIONS or (len(word) == 1 and word.isupper()):
         return True
     if lower in _LOWERCASE_NEXT or _INITIALISM.fullmatch(word):
-        return _next_is_lower(text, after)
+        return _next_char(text, after).islower()
     if lower in _DIGIT_NEXT:
-        nxt = after
-        while nxt < len(text) and text[nxt].isspace():
-            nxt += 1
-        return nxt < len(text) and text[nxt].isdigit()
+        return _next_char(text, after).isdigit()
     return False
 
 
@@ -232,7 +229,7 @@ def _split_block(text: str, start: int, end: int) -> list[tuple[int, int]]:
         mark = m.group(0).rstrip("\"'”’)]")
         if mark == "." and _holds_together(text, start, m.start(), m.end()):
             continue
-        if mark in ("!", "?") and _next_is_lower(text, m.end()):
+        if mark in ("!", "?") and _next_char(text, m.end()).islower():
             continue  # a title that ends in one: "Pick Me Up! is a British weekly magazine"
         out.append((cur, m.end()))
         cur = m.end()
