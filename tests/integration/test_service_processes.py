@@ -72,6 +72,10 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _answers(url: str) -> bool:
     try:
         return httpx.get(url, timeout=2).status_code == 200
@@ -102,6 +106,9 @@ def test_clew_ui_stops_its_children(
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # the test can always clean up the whole group
+            # Ctrl-C reaches a foreground command whose SIGINT is at its default; a test run in
+            # a background job (``make check &``) inherits it ignored, and so would clew ui
+            preexec_fn=_default_sigint,
         )
     try:
         deadline = time.monotonic() + 120
