@@ -4,10 +4,10 @@ A bridge question ("who directed the film shot in Leland in 1986?") finds the fi
 ("Leland, North Carolina … the film *Maximum Overdrive* was shot here") but not the second,
 which shares no words with the question: the one titled *Maximum Overdrive*. The first hit
 names it. So after fusion (and expansion), for each of the top ``graph.title_sources`` hits,
-the concepts its chunk mentions that are another document's title (:func:`clew.index.graph.
-title_keys`, :attr:`GraphIndex.about`) lead to that document: its first allowed chunk joins the
-hits at rank ``graph.title_rank`` (the hits ahead keep their places, the rest move down one),
-``graph.title_links`` per source at most.
+the concepts its chunk mentions that are another document's title
+(:func:`clew.index.graph.title_keys`, :attr:`GraphIndex.about`) lead to that document: its
+first allowed chunk joins the hits at rank ``graph.title_rank`` (the hits ahead keep their
+places, the rest move down one), ``graph.title_links`` per source at most.
 
 Only chunks the caller may see are sources or targets, and a concept that titles more than
 :data:`~clew.index.graph.TITLE_MAX_DOCS` *allowed* documents (a generic title) leads nowhere,
@@ -16,7 +16,9 @@ so nothing outside the caller's filter shapes the result. Each chunk brought up 
 ``ABOUT 'Maximum Overdrive'`` (the concept is the target document's title). Its score lies
 between its new neighbours', so scores stay monotone with the order.
 
-Measured on the train and dev sets (``bench/results/titles.md``).
+Measured on every set in ``bench/results/graph.md`` (its ``-titles`` column: the default without
+this step) and in ``bench/results/quality.md`` (``make eval``'s ``-titles`` row); the settings
+were chosen on the train and dev sets.
 """
 
 from __future__ import annotations
