@@ -390,7 +390,8 @@ class AnswerConfig:
     abstain: bool = True
     """Answer "not in the indexed sources" when the evidence does not clear the calibrated bar."""
     calibration: str = ""
-    """Abstention calibration file from ``clew calibrate``; "" = the one shipped with clew."""
+    """Abstention calibration file from ``clew calibrate``; "" = the index's own for the
+    caller's scope (``clew calibrate --self [--scope JSON]``) or else the one shipped with clew."""
     base_url: str = ""
     model: str = ""
     timeout_s: float = 60.0

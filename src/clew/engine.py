@@ -8,6 +8,7 @@ Results are cached per release (:mod:`clew.cache`) and traced (:mod:`clew.trace`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -67,7 +68,34 @@ BACKENDS: dict[str, Callable[..., Backend]] = {"file": _embedded, "postgresql": 
 
 
 CALIBRATION_FILE = "calibration.json"
-"""An index's own abstention calibration, in its directory (``clew calibrate --self``)."""
+"""An index's own abstention calibration, in its directory (``clew calibrate --self``), for
+unscoped callers; a scope's own is :func:`calibration_file` of that scope."""
+
+
+def _unordered(node: Any) -> Any:
+    """A filter's JSON with the parts of each ``and`` / ``or`` in one order (their spelling's
+    order does not change what the scope holds)."""
+    if isinstance(node, dict):
+        return {
+            k: sorted((_unordered(x) for x in v), key=lambda x: json.dumps(x, sort_keys=True))
+            if k in ("and", "or") and isinstance(v, list)
+            else _unordered(v)
+            for k, v in node.items()
+        }
+    return node
+
+
+def calibration_file(scope: Any = None) -> str:
+    """The file name of an index's own calibration for callers of ``scope`` (a scope filter or
+    its canonical JSON; None: unscoped callers): ``calibration.json``, or for a scope
+    ``calibration-scope-`` + the first 12 hex digits of the SHA-256 of its canonical JSON. A
+    scope's threshold is measured on what the scope holds, so a scoped caller's abstention
+    never depends on documents outside its scope."""
+    node = to_json(parse_filter(scope))
+    if node is None:
+        return CALIBRATION_FILE
+    canonical = json.dumps(_unordered(node), sort_keys=True, separators=(",", ":"))
+    return f"calibration-scope-{hashlib.sha256(canonical.encode()).hexdigest()[:12]}.json"
 
 
 class Engine:
@@ -179,13 +207,17 @@ class Engine:
         key = (rc.kind, rc.model, rc.max_length, rc.batch_size, rc.base_url, rc.timeout_s)
         return self._model(key, lambda: build_reranker(rc))  # type: ignore[no-any-return]
 
-    def _calibration(self, path: str) -> Calibration:
-        """The calibration file ``path``; for "" the index's own (``calibration.json`` in its
-        directory, as ``clew calibrate --self --index DIR`` writes it) or else the shipped one."""
+    def _calibration(self, path: str, scope: Any = None) -> Calibration:
+        """The calibration file ``path``; for "" the index's own for the caller's ``scope``
+        (:func:`calibration_file` in its directory, as ``clew calibrate --self --index DIR
+        [--scope JSON]`` writes it) or else the shipped one. A scoped caller never reads the
+        unscoped (whole-index) calibration: its threshold was set by documents the caller
+        cannot see."""
         from clew.compose.answer import load_calibration
 
-        if not path and (self.directory / CALIBRATION_FILE).is_file():
-            path = str(self.directory / CALIBRATION_FILE)
+        own = self.directory / calibration_file(scope)
+        if not path and own.is_file():
+            path = str(own)
         found: Calibration = self._model(("calibration", path), lambda: load_calibration(path))
         return found.for_embedder(self.embedder_name)
 

@@ -138,3 +138,51 @@ def test_a_code_no_source_names_is_not_answered(sample_engine: Engine) -> None:
     # every document naming ERR-4413 is public, internal or unlabelled: none is "sre"
     hidden = sample_engine.ask("What does ERR-4413 mean?", scope={"audience": "sre"})
     assert hidden.abstained and hidden.evidence["absent_codes"] == 1.0
+
+
+@pytest.mark.slow
+def test_a_scoped_caller_never_reads_the_whole_index_calibration(
+    sample_index: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A scope is a wall for abstention too: the unscoped self-calibration was measured on
+    every document, so a scoped caller keeps the shipped threshold until its own scope is
+    calibrated (on what the scope holds alone), and then reads only that one."""
+    index = tmp_path / "idx"
+    shutil.copytree(sample_index, index)
+    question = "Which composer wrote the Goldberg Variations?"
+    scope = {"audience": "sre"}
+    with Engine(index) as engine:
+        shipped = engine.ask(question, scope=scope).threshold
+    assert main(["calibrate", "--self", "--index", str(index), "--no-progress"]) == 0
+    whole = json.loads((index / "calibration.json").read_text())
+    assert whole["info"]["scope"] is None
+    assert whole["threshold"] != pytest.approx(shipped, abs=1e-6)
+    with Engine(index) as engine:
+        assert engine.ask(question).threshold == pytest.approx(whole["threshold"], abs=1e-4)
+        assert engine.ask(question, scope=scope).threshold == pytest.approx(shipped, abs=1e-9)
+    capsys.readouterr()
+
+    args = ["calibrate", "--self", "--index", str(index), "--no-progress"]
+    assert main([*args, "--scope", json.dumps(scope)]) == 0
+    assert "callers of this scope" in capsys.readouterr().out
+    own = [p for p in index.glob("calibration-scope-*.json")]
+    assert len(own) == 1
+    fitted = json.loads(own[0].read_text())
+    assert fitted["info"]["scope"] == {"audience": "sre"}
+    assert fitted["threshold"] != pytest.approx(whole["threshold"], abs=1e-6)
+    with Engine(index) as engine:
+        assert engine.ask(question, scope=scope).threshold == pytest.approx(
+            fitted["threshold"], abs=1e-4
+        )
+        assert engine.ask(question).threshold == pytest.approx(whole["threshold"], abs=1e-4)
+        other = engine.ask(question, scope={"audience": "public"}).threshold
+        assert other == pytest.approx(shipped, abs=1e-9)
+
+    assert main([*args, "--scope", "{tenant: a}"]) == 2
+    err = capsys.readouterr().err
+    assert "--scope" in err and "not JSON" in err
+    assert main([*args, "--scope", '{"tenant": {"$nope": 1}}']) == 2
+    assert "$nope" in capsys.readouterr().err
+    assert sorted(p.name for p in index.glob("calibration*.json")) == sorted(
+        ["calibration.json", own[0].name]
+    )

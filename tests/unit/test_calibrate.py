@@ -7,7 +7,7 @@ import json
 import pytest
 
 from clew.compose.answer import COSINE_EVIDENCE, EVIDENCE, Calibration
-from clew.errors import ConfigError, ModelError
+from clew.errors import ClewError, ConfigError, ModelError
 from clew.train.calibrate import fit_across, offtopic_threshold, rates
 
 
@@ -78,3 +78,17 @@ def test_a_calibration_that_reads_cosines_holds_for_its_own_embedder_only() -> N
     bad = {**both.to_json(), "portable": both.to_json()}
     with pytest.raises(ModelError, match="portable fit must not read cosine"):
         Calibration.from_json(bad, "test")
+
+
+def test_each_scope_has_its_own_calibration_file() -> None:
+    from clew.engine import CALIBRATION_FILE, calibration_file
+
+    assert calibration_file(None) == CALIBRATION_FILE
+    tenant_a = calibration_file({"tenant": "a"})
+    assert tenant_a.startswith("calibration-scope-") and tenant_a.endswith(".json")
+    # the name is the scope's, not its spelling: key order and the parsed form agree
+    both = {"tenant": "a", "audience": "sre"}
+    assert calibration_file(both) == calibration_file(dict(reversed(list(both.items()))))
+    assert tenant_a not in (calibration_file({"tenant": "b"}), calibration_file(both))
+    with pytest.raises(ClewError, match=r"\$nope"):
+        calibration_file({"tenant": {"$nope": 1}})

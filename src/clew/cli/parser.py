@@ -177,6 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--dataset", help="BEIR-layout directory (or --self)")
     ca.add_argument("--self", dest="self_", action="store_true", help="from the index's own text")
     ca.add_argument("--split", default="train")
+    ca.add_argument(
+        "--scope",
+        help='with --self: calibrate for callers of this scope (filter JSON, e.g. {"tenant": '
+        '"a"}), measured on what the scope holds; its answers use it, other scopes do not',
+    )
     ca.add_argument("--out", help="calibration JSON file to write")
     ca.add_argument(
         "--check",

@@ -33,11 +33,11 @@ ASK_K = 20
 
 
 def respond(
-    run: Run, encoder: Encoder | None, calibration: Callable[[str], Calibration]
+    run: Run, encoder: Encoder | None, calibration: Callable[[str, Any], Calibration]
 ) -> tuple[Answer, dict[str, Any]]:
     """The answer to the run's query from its hits (with its config), and what its trace adds.
     ``encoder`` scores sentences by meaning too (None: by terms only); ``calibration`` loads a
-    calibration file."""
+    calibration file (``""``: the index's own for the run's scope, else the shipped one)."""
     question, cfg = run.query, run.cfg
     timings = run.timings
     t = time.perf_counter()
@@ -74,7 +74,7 @@ def respond(
     )
     confidence, threshold, calibration_info = 1.0, 0.0, {}
     if cfg.answer.abstain:
-        found = calibration(cfg.answer.calibration)
+        found = calibration(cfg.answer.calibration, run.scope)
         if encoder is None or not run.lists.get("dense"):  # no cosines to read
             found = found.without_cosines()
         confidence = found.probability(evidence)

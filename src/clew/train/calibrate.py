@@ -64,13 +64,15 @@ def unrelated_evidence(
     config: EngineConfig | None = None,
     *,
     progress: bool = False,
+    scope: Any = None,
 ) -> list[dict[str, float]]:
-    """Evidence features of questions the corpus cannot answer (another dataset's queries)."""
+    """Evidence features of questions the corpus cannot answer (another dataset's queries),
+    asked as a caller of ``scope`` (None: unscoped)."""
     cfg = _evidence_config(config or engine.config)
     out = []
     items = [EvalQuery(str(i), q) for i, q in enumerate(questions)]
     for q in with_progress(items, "unrelated", progress):
-        answer = engine.answer(q.text, k=None, filter=None, config=cfg).answer
+        answer = engine.answer(q.text, k=None, filter=None, config=cfg, scope=scope).answer
         out.append(answer.evidence)
     return out
 
@@ -265,19 +267,25 @@ def calibrate_self(
     *,
     base: Calibration | None = None,
     progress: bool = False,
+    scope: Any = None,
 ) -> tuple[Calibration, dict[str, float]]:
     """A calibration for a corpus with no judged questions (``clew calibrate --self``): the
     weights of ``base`` (default: the shipped calibration), the threshold from how clew's
     off-topic questions score on this corpus (:func:`offtopic_threshold`); and the share of
-    those questions it abstains on."""
+    those questions it abstains on. With ``scope``, the questions are asked as a caller of that
+    scope (what it holds alone sets the threshold; :func:`clew.engine.calibration_file` names
+    where the engine looks for it), and ``info["scope"]`` records it."""
     from clew.compose.answer import load_calibration
+    from clew.filters import parse_filter, to_json
     from clew.train.offtopic import OFF_TOPIC
 
+    node = to_json(parse_filter(scope))
     base = (base or load_calibration("")).for_embedder(engine.embedder_name)
-    far = unrelated_evidence(engine, OFF_TOPIC, config, progress=progress)
+    far = unrelated_evidence(engine, OFF_TOPIC, config, progress=progress, scope=node)
     info = {
         **base.info,
         "dataset": "self",
+        "scope": node,
         "unrelated": len(far),
         "rule": f"abstain on {OFF_TOPIC_QUANTILE:.0%} of clew's off-topic questions "
         f"({PORTABLE_QUANTILE:.0%} for a fit without cosines), "

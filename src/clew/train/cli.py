@@ -114,29 +114,41 @@ def train_features_across(args: argparse.Namespace) -> int:
 
 
 def calibrate_self_command(args: argparse.Namespace) -> int:
-    """``clew calibrate --self --index DIR [--out FILE]``: an abstention threshold for this
-    index from how clew's off-topic questions score on it (no judged questions needed), with
-    the weights of ``answer.calibration`` (default: the shipped ones); written to FILE or into
-    the index (its answers then use it)."""
-    from clew.engine import Engine
+    """``clew calibrate --self --index DIR [--scope JSON] [--out FILE]``: an abstention
+    threshold for this index (or for callers of one scope: measured on what the scope holds)
+    from how clew's off-topic questions score on it (no judged questions needed), with the
+    weights of ``answer.calibration`` (default: the shipped ones); written to FILE or into the
+    index (its answers for that scope then use it)."""
+    from clew.engine import Engine, calibration_file
+    from clew.filters import parse_filter
     from clew.train.calibrate import calibrate_self
 
     if not args.self_:
         raise ConfigError("calibrate needs --dataset DIR (a judged BEIR split) or --self")
     if not args.index:
         raise ConfigError("calibrate --self needs --index DIR (the index to calibrate)")
+    scope = None
+    if args.scope:
+        try:
+            scope = json.loads(args.scope)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"--scope {args.scope!r} is not JSON ({exc.msg}); allowed: a filter object, "
+                'e.g. {"tenant": "a"}'
+            ) from exc
+        parse_filter(scope)  # a bad filter is named before any work
     config = EngineConfig.from_yaml(args.config) if args.config else EngineConfig()
     engine = Engine(args.index, config)
     try:
         from clew.compose.answer import load_calibration
 
         base = load_calibration(config.answer.calibration)  # its weights; "": the shipped ones
-        cal, rates = calibrate_self(engine, config, base=base, progress=not args.no_progress)
+        cal, rates = calibrate_self(
+            engine, config, base=base, progress=not args.no_progress, scope=scope
+        )
     finally:
         engine.close()
-    from clew.engine import CALIBRATION_FILE
-
-    out = Path(args.out) if args.out else engine.directory / CALIBRATION_FILE
+    out = Path(args.out) if args.out else engine.directory / calibration_file(scope)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(cal.to_json(), indent=2) + "\n", encoding="utf-8")
@@ -147,6 +159,14 @@ def calibrate_self_command(args: argparse.Namespace) -> int:
     )
     if args.out:
         print(f"use it with answer.calibration: {out}")
+    elif scope is not None:
+        print(
+            "answers to callers of this scope use it from now on (a running service: after a "
+            "restart); other scopes keep theirs or the shipped one"
+        )
     else:
-        print("the index's answers use it from now on (a running service: after a restart)")
+        print(
+            "the index's unscoped answers use it from now on (a running service: after a "
+            "restart); a scoped caller uses its scope's own (--scope) or the shipped one"
+        )
     return 0
