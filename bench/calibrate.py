@@ -23,20 +23,17 @@ from dataclasses import replace
 
 from _common import REPO_DIR, WORK_DIR, log, parser, table, write_result
 from clew.compose.answer import COSINE_EVIDENCE, EVIDENCE
-from clew.config import EngineConfig
-from clew.eval.datasets import load_dataset
-from clew.eval.runner import ingest_key, open_index
-from clew.train.calibrate import (
+from clew.compose.offtopic import (
+    OFF_TOPIC,
     OFF_TOPIC_QUANTILE,
     PORTABLE_QUANTILE,
     THRESHOLD_CAP,
-    corpus_evidence,
-    fit_across,
     offtopic_threshold,
-    rates,
-    unrelated_evidence,
 )
-from clew.train.offtopic import OFF_TOPIC
+from clew.config import EngineConfig
+from clew.eval.datasets import load_dataset
+from clew.eval.runner import ingest_key, open_index
+from clew.train.calibrate import corpus_evidence, fit_across, rates, unrelated_evidence
 
 CORPORA = (
     ("scifact", "train"),
@@ -108,7 +105,7 @@ def main() -> int:
     key = hashlib.sha256(
         json.dumps([args.limit, EVIDENCE, *(ingest_key(d, config) for d in sets.values())]).encode()
         + (REPO_DIR / "src" / "clew" / "compose" / "extract.py").read_bytes()
-        + (REPO_DIR / "src" / "clew" / "train" / "offtopic.py").read_bytes()
+        + (REPO_DIR / "src" / "clew" / "compose" / "offtopic.py").read_bytes()
     ).hexdigest()[:12]
     cache = WORK_DIR / f"evidence-{key}.json"
     if cache.exists():
@@ -166,6 +163,10 @@ def main() -> int:
     fitted = replace(
         fit_across(fits, answer_rate=TARGET_ANSWERED, rule=RULE, info=info), portable=portable_fit
     )
+    shipped_self = []
+    for name, kinds in evidence.items():
+        mine = replace(fitted, threshold=offtopic_threshold(fitted, own[name]["unrelated"]))
+        shipped_self.append(_row(name, mine.threshold, rates(mine, kinds)))
     counts = [
         [n, *(len(evidence[n][k]) for k in evidence[n]), len(own[n]["unrelated"])] for n in evidence
     ]
@@ -193,8 +194,9 @@ def main() -> int:
             "",
             "## Self-calibrated: the left-out weights, the corpus's own threshold",
             "",
-            "What `clew calibrate --self` does on a new corpus: the weights of the fit on the "
-            "other five, the threshold under which "
+            "What `clew calibrate --self` does on a new corpus, and what an ingest does by itself "
+            "(`answer.self_calibrate`: once a corpus holds 20 chunks, again when it has grown or "
+            "shrunk by half): the weights of the fit on the other five, the threshold under which "
             f"{OFF_TOPIC_QUANTILE:.0%} of clew's 40 off-topic questions score on this corpus "
             f"({PORTABLE_QUANTILE:.0%} for the portable fit), at most {THRESHOLD_CAP:g} "
             "(quantiles and cap chosen on these six, so in-sample for those numbers). The "
@@ -208,6 +210,14 @@ def main() -> int:
             "",
             f"The shipped calibration (all six corpora): threshold {fitted.threshold:.4f}; "
             f"portable {portable_fit.threshold:.4f}.",
+            "",
+            "## The default on these corpora: the shipped weights, each corpus's own threshold",
+            "",
+            "What answers use after an ingest of one of these corpora (the weights are fitted "
+            "on all six, so in-sample; the left-out figures above are the ones that say how it "
+            "holds on a corpus never seen):",
+            "",
+            table(COLUMNS, shipped_self),
             "",
             "## Questions per corpus",
             "",

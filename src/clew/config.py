@@ -392,11 +392,22 @@ class AnswerConfig:
     calibration: str = ""
     """Abstention calibration file from ``clew calibrate``; "" = the index's own for the
     caller's scope (``clew calibrate --self [--scope JSON]``) or else the one shipped with clew."""
+    self_calibrate: int = 20
+    """After an ingest into a scope (or the whole index) holding at least this many chunks, its
+    own threshold is measured as ``clew calibrate --self [--scope]`` does, when it has none yet
+    or has grown or shrunk by half since (0: never; a calibration a user wrote is never
+    replaced). Only with ``calibration: ""``."""
     base_url: str = ""
     model: str = ""
     timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
+        _check(
+            0 <= self.self_calibrate <= 1_000_000_000,
+            "answer.self_calibrate",
+            self.self_calibrate,
+            "0..1000000000 chunks (0: never)",
+        )
         _check(self.mode in ANSWER_MODES, "answer.mode", self.mode, ", ".join(ANSWER_MODES))
         _check(1 <= self.max_sentences <= 20, "answer.max_sentences", self.max_sentences, "1..20")
         _check(1 <= self.chunks <= 20, "answer.chunks", self.chunks, "1..20")

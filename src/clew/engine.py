@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -67,9 +69,16 @@ BACKENDS: dict[str, Callable[..., Backend]] = {"file": _embedded, "postgresql": 
 """Each kind of target and how to open it: an index directory, or a PostgreSQL URL."""
 
 
+log = logging.getLogger(__name__)
+
 CALIBRATION_FILE = "calibration.json"
 """An index's own abstention calibration, in its directory (``clew calibrate --self``), for
 unscoped callers; a scope's own is :func:`calibration_file` of that scope."""
+
+
+SELF_CALIBRATE_CHANGE = 0.5
+"""An automatic calibration is measured again once its scope's chunk count has changed by this
+share (``answer.self_calibrate``)."""
 
 
 def _unordered(node: Any) -> Any:
@@ -286,11 +295,68 @@ class Engine:
                         self.store.delete(gone)
                     removed = tuple(gone)
                 skipped = tuple(sorted((*loaded.skipped, *report.skipped), key=lambda f: f.path))
-                return replace(
+                report = replace(
                     report, skipped=skipped, removed=removed, release=self.store.release()
                 )
             finally:
                 self.refresh()
+        return replace(report, calibrated=self.self_calibrate(scope))
+
+    def self_calibrate(self, scope: Any = None) -> float | None:
+        """``answer.self_calibrate``, as every ingest runs it: the abstention threshold of
+        ``scope`` (None: the whole index) measured as ``clew calibrate --self`` does and written
+        where its callers read it (:func:`calibration_file`), when the scope holds enough chunks
+        and has no calibration yet or has grown or shrunk by half since the last one this wrote;
+        the threshold, or None when it measured none. A calibration a user wrote (not marked
+        ``auto``) is kept; a read-only index measures none. Costs one answer per off-topic
+        question (40)."""
+        cfg = self.config.answer
+        if cfg.self_calibrate <= 0 or not cfg.abstain or cfg.calibration or self.store.read_only:
+            return None
+        from clew.compose.answer import load_calibration
+        from clew.compose.offtopic import OFF_TOPIC, evidence_config, self_calibrated
+
+        node = parse_filter(scope)
+        path = self.directory / calibration_file(scope)
+        with self.reading() as snap:
+            chunks = int(snap.mask(snap.where(None, node, ())).sum())
+        if chunks < cfg.self_calibrate:
+            return None
+        if path.is_file():
+            try:
+                info = json.loads(path.read_text(encoding="utf-8")).get("info", {})
+            except (OSError, ValueError, AttributeError):
+                info = {}  # unreadable: measured again
+            if not info.get("auto"):
+                return None
+            before = int(info.get("chunks", 0))
+            if before > 0 and abs(chunks - before) < SELF_CALIBRATE_CHANGE * before:
+                return None
+        asked = to_json(node)
+        quiet = evidence_config(self.config)
+        far = [
+            self.answer(q, filter=None, config=quiet, scope=asked).answer.evidence
+            for q in OFF_TOPIC
+        ]
+        base = load_calibration("").for_embedder(self.embedder_name)
+        cal = self_calibrated(base, far, scope=asked, info={"auto": True, "chunks": chunks})
+        # a name of its own: two ingests that end together each write whole, the last one wins
+        tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+        try:
+            tmp.write_text(json.dumps(cal.to_json(), indent=2) + "\n", encoding="utf-8")
+            tmp.replace(path)
+        except OSError as exc:  # the ingest is committed: say so, keep what was there
+            tmp.unlink(missing_ok=True)
+            log.warning(
+                "could not write the abstention calibration %s (%s); answers keep the one "
+                "they had, and the next ingest measures it again",
+                path,
+                exc,
+            )
+            return None
+        with self._models_lock:
+            self._models.pop(("calibration", str(path)), None)
+        return cal.threshold
 
     def _pruned(
         self, loaded: Sequence[Document], skipped: Sequence[SkippedFile], scope: Any

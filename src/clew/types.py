@@ -487,6 +487,9 @@ class IngestReport:
     """Files of a directory that were not loaded, each with its reason."""
     removed: tuple[str, ...] = ()
     """Documents removed because their source file is gone (``prune``)."""
+    calibrated: float | None = None
+    """The abstention threshold this ingest measured for its scope (``answer.self_calibrate``);
+    None when it measured none."""
 
     @property
     def ingested(self) -> int:
@@ -503,4 +506,5 @@ class IngestReport:
             "seconds": self.seconds,
             "skipped": [s.to_dict() for s in self.skipped],
             "removed": list(self.removed),
+            "calibrated": self.calibrated,
         }

@@ -11,9 +11,12 @@ import pytest
 
 from clew import Engine
 from clew.cli import main
+from clew.config import EngineConfig
+from clew.engine import calibration_file
 
 HOTPOT = Path(__file__).resolve().parents[3] / "shared" / "data" / "hotpotqa-train100"
 SCIFACT = Path(__file__).resolve().parents[3] / "shared" / "data" / "scifact"
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +104,10 @@ def test_calibrate_self_then_ask_with_it(
     index = tmp_path / "idx"
     shutil.copytree(sample_index, index)
     question = "Which composer wrote the Goldberg Variations?"
+    # the ingest measured the index's own threshold already (answer.self_calibrate)
+    auto = json.loads((index / "calibration.json").read_text())
+    assert auto["info"]["auto"] is True and auto["info"]["chunks"] >= 20
+    (index / "calibration.json").unlink()
     code = main(["ask", question, "--index", str(index), "--json"])
     shipped = json.loads(capsys.readouterr().out)
     assert code == 0
@@ -111,8 +118,10 @@ def test_calibrate_self_then_ask_with_it(
     fitted = json.loads((index / "calibration.json").read_text())
     assert fitted["format"] == "clew-abstain/1" and 0.0 < fitted["threshold"] < 1.0
     assert fitted["info"]["dataset"] == "self" and fitted["info"]["unrelated"] == 40
+    assert "auto" not in fitted["info"]  # a user's: no ingest replaces it
     assert "off-topic questions" in printed and "use it from now on" in printed
     assert fitted["threshold"] != pytest.approx(shipped["threshold"], abs=1e-6)
+    assert fitted["threshold"] == pytest.approx(auto["threshold"], abs=1e-9)  # the same measure
 
     code = main(["ask", question, "--index", str(index), "--json"])  # the index's own now
     answer = json.loads(capsys.readouterr().out)
@@ -125,6 +134,59 @@ def test_calibrate_self_then_ask_with_it(
     assert "answer.calibration" in capsys.readouterr().out
     assert main(["calibrate", "--self", "--out", str(out)]) == 2
     assert "--index" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_an_ingest_measures_its_own_threshold(tmp_path: Path) -> None:
+    """answer.self_calibrate: an ingest into a scope holding enough chunks measures its
+    threshold from clew's off-topic questions, again only once the scope has grown by half; a
+    calibration a user wrote stays, and a config that names a file or says 0 measures none."""
+    files = sorted(p for p in SAMPLE.iterdir() if p.suffix == ".md")
+    index = tmp_path / "idx"
+    with Engine(index, create=True) as engine:
+        first = engine.ingest(files[:8])
+        own = index / "calibration.json"
+        assert first.calibrated is not None and own.is_file()
+        info = json.loads(own.read_text())["info"]
+        assert info["auto"] is True and info["scope"] is None and info["unrelated"] == 40
+        assert json.loads(own.read_text())["threshold"] == pytest.approx(first.calibrated)
+        assert engine.ask("What is the capital of Mongolia?").threshold == pytest.approx(
+            first.calibrated
+        )
+        assert engine.ingest(files[8:10]).calibrated is None  # grown by less than half
+        grown = engine.ingest(files[10:])
+        assert grown.calibrated is not None
+        assert json.loads(own.read_text())["info"]["chunks"] >= 1.5 * info["chunks"]
+        assert grown.to_dict()["calibrated"] == grown.calibrated
+
+        mine = json.loads(own.read_text())
+        mine["info"].pop("auto")  # as clew calibrate --self writes it
+        own.write_text(json.dumps(mine))
+        assert engine.ingest([SAMPLE / "tickets.jsonl"]).calibrated is None
+        assert json.loads(own.read_text()) == mine
+        mine["info"].update(auto=True, chunks=1)  # an automatic one, long outgrown
+        own.write_text(json.dumps(mine))
+        assert engine.ingest([SAMPLE / "tickets.jsonl"]).calibrated is not None
+        assert json.loads(own.read_text())["info"]["chunks"] > 1
+
+    scoped = tmp_path / "scoped"  # an ingest into a scope measures that scope
+    internal = {"audience": "internal"}
+    with Engine(scoped, create=True) as engine:
+        report = engine.ingest(files, scope=internal)
+        assert report.calibrated is not None
+        asked = engine.ask("What is the capital of Mongolia?", scope=internal)
+        assert asked.threshold == pytest.approx(report.calibrated)
+    assert [p.name for p in scoped.glob("calibration*.json")] == [calibration_file(internal)]
+
+    for config in (
+        EngineConfig().with_overrides(answer={"self_calibrate": 0}),
+        EngineConfig().with_overrides(answer={"calibration": str(own)}),
+        EngineConfig().with_overrides(answer={"self_calibrate": 100_000}),
+    ):
+        other = tmp_path / f"other-{config.answer.self_calibrate}-{bool(config.answer.calibration)}"
+        with Engine(other, config, create=True) as engine:
+            assert engine.ingest(files[:8]).calibrated is None
+        assert not list(other.glob("calibration*.json"))
 
 
 def test_a_code_no_source_names_is_not_answered(sample_engine: Engine) -> None:
@@ -186,3 +248,20 @@ def test_a_scoped_caller_never_reads_the_whole_index_calibration(
     assert sorted(p.name for p in index.glob("calibration*.json")) == sorted(
         ["calibration.json", own[0].name]
     )
+
+
+@pytest.mark.slow
+def test_a_calibration_that_cannot_be_written_leaves_the_ingest_done(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    index = tmp_path / "idx"
+    with Engine(index, create=True) as engine:
+        (index / "calibration.json").mkdir()  # in the way: the write fails
+        with caplog.at_level("WARNING", "clew"):
+            report = engine.ingest(sorted(SAMPLE.glob("*.md"))[:8])
+        assert report.added and report.calibrated is None
+        assert any(
+            "could not write the abstention calibration" in r.getMessage() for r in caplog.records
+        )
+        assert not list(index.glob("calibration.json.*"))  # nothing half-written left
+        assert engine.ask("What is the capital of Mongolia?").abstained

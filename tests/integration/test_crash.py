@@ -134,6 +134,7 @@ def _format(name: str) -> str:
 def stray_files(index: Path) -> list[str]:
     """Files that no manifest names: leftovers of an interrupted save."""
     keep = {"clew.sqlite", "clew.sqlite-wal", "clew.sqlite-shm", "write.lock", "traces"}
+    keep |= {p.name for p in index.glob("calibration*.json")}  # written whole (os.replace)
     for name in ("lexical", "vectors", "graph"):
         meta = read_manifest(index, name, _format(name))
         keep.add(f"{name}.json")

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from clew.compose.answer import COSINE_EVIDENCE, EVIDENCE, Calibration
+from clew.compose.offtopic import offtopic_threshold
 from clew.errors import ClewError, ConfigError, ModelError
-from clew.train.calibrate import fit_across, offtopic_threshold, rates
+from clew.train.calibrate import fit_across, rates
 
 
 def ev(strength: float) -> dict[str, float]:

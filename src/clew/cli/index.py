@@ -104,6 +104,11 @@ def print_ingest(report: IngestReport, as_json: bool) -> int:
             f"{len(report.unchanged)} unchanged documents; {report.chunks_written} chunks "
             f"written; release {report.release} ({report.seconds:.1f} s)"
         )
+        if report.calibrated is not None:
+            print(
+                f"abstention threshold measured on this corpus: {report.calibrated:.4f} "
+                "(answer.self_calibrate)"
+            )
         if removed:
             print(f"removed {len(removed)} document(s) whose file is gone:")
             for doc_id in removed:

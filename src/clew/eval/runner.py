@@ -172,6 +172,8 @@ def open_index(
     if engine.store.get_meta("eval_key") != key:
         engine.ingest([dataset.corpus_path], progress=progress)
         engine.store.set_meta({"eval_key": key})
+    else:
+        engine.self_calibrate()  # what an ingest now does, for an index built before it did
     return engine
 
 

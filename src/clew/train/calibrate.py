@@ -17,18 +17,13 @@ from typing import Any
 import numpy as np
 
 from clew.compose.answer import EVIDENCE, Calibration, fit_calibration
+from clew.compose.offtopic import OFF_TOPIC, evidence_config, self_calibrated
 from clew.config import EngineConfig
 from clew.engine import Engine
 from clew.errors import ConfigError
 from clew.eval.datasets import Dataset, EvalQuery, unanswerable_queries
 from clew.models.logistic import fit_logistic
-from clew.train.features import quiet_config, relevant_docs, with_progress
-
-
-def _evidence_config(config: EngineConfig) -> EngineConfig:
-    """No traces, and no abstention: calibration needs the evidence of every query."""
-    cfg = quiet_config(config)
-    return replace(cfg, answer=replace(cfg.answer, abstain=False))
+from clew.train.features import relevant_docs, with_progress
 
 
 def abstention_evidence(
@@ -41,7 +36,7 @@ def abstention_evidence(
     progress: bool = False,
 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
     """Evidence features of each query as is, and with its relevant documents hidden."""
-    cfg = _evidence_config(config or engine.config)
+    cfg = evidence_config(config or engine.config)
     queries = [q for q in dataset.queries if relevant_docs(dataset, q.qid)]
     if limit is not None and len(queries) > limit:
         queries = sorted(random.Random(seed).sample(queries, limit), key=lambda q: q.qid)
@@ -68,7 +63,7 @@ def unrelated_evidence(
 ) -> list[dict[str, float]]:
     """Evidence features of questions the corpus cannot answer (another dataset's queries),
     asked as a caller of ``scope`` (None: unscoped)."""
-    cfg = _evidence_config(config or engine.config)
+    cfg = evidence_config(config or engine.config)
     out = []
     items = [EvalQuery(str(i), q) for i, q in enumerate(questions)]
     for q in with_progress(items, "unrelated", progress):
@@ -234,32 +229,6 @@ def rates(
 
 # -- a user's own corpus -------------------------------------------------------------------------
 
-OFF_TOPIC_QUANTILE = 0.95
-"""The self-calibrated threshold abstains on this share of clew's off-topic questions …"""
-PORTABLE_QUANTILE = 0.7
-"""… this share for a calibration's portable fit (no cosine features: it tells off-topic
-questions apart less sharply, so a high quantile would abstain on answerable ones too) …"""
-THRESHOLD_CAP = 0.4
-"""… but never asks more than this P(answerable): where the corpus can answer general
-questions (Wikipedia), the off-topic questions look answerable and would set it too high.
-Both chosen on the six train corpora, leave-one-corpus-out (``bench/calibrate.py``)."""
-
-
-def offtopic_threshold(
-    calibration: Calibration,
-    offtopic: Sequence[Mapping[str, float]],
-    *,
-    quantile: float = OFF_TOPIC_QUANTILE,
-    cap: float = THRESHOLD_CAP,
-) -> float:
-    """The threshold under which ``quantile`` of the off-topic questions' P(answerable) falls,
-    capped at ``cap``: what the corpus's own score distribution says an unrelated question
-    looks like."""
-    if not offtopic:
-        raise ConfigError("self-calibration needs the evidence of at least one off-topic question")
-    probs = np.sort([calibration.probability(e) for e in offtopic])
-    return float(min(np.quantile(probs, quantile), cap))
-
 
 def calibrate_self(
     engine: Engine,
@@ -277,25 +246,9 @@ def calibrate_self(
     where the engine looks for it), and ``info["scope"]`` records it."""
     from clew.compose.answer import load_calibration
     from clew.filters import parse_filter, to_json
-    from clew.train.offtopic import OFF_TOPIC
 
     node = to_json(parse_filter(scope))
     base = (base or load_calibration("")).for_embedder(engine.embedder_name)
     far = unrelated_evidence(engine, OFF_TOPIC, config, progress=progress, scope=node)
-    info = {
-        **base.info,
-        "dataset": "self",
-        "scope": node,
-        "unrelated": len(far),
-        "rule": f"abstain on {OFF_TOPIC_QUANTILE:.0%} of clew's off-topic questions "
-        f"({PORTABLE_QUANTILE:.0%} for a fit without cosines), "
-        f"threshold at most {THRESHOLD_CAP:g}",
-    }
-
-    def own(fit: Calibration) -> Calibration:
-        quantile = OFF_TOPIC_QUANTILE if fit.reads_cosines else PORTABLE_QUANTILE
-        threshold = offtopic_threshold(fit, far, quantile=quantile)
-        return Calibration(replace(fit.model, info=info), threshold)
-
-    cal = replace(own(base), portable=None if base.portable is None else own(base.portable))
+    cal = self_calibrated(base, far, scope=node)
     return cal, rates(cal, {"unrelated": far})
