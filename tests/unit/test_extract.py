@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from clew.compose.extract import (
+    CONTINUATION_WEIGHT,
     DENSE_WEIGHTS,
     IDENTIFIER_BONUS,
     LEXICAL_WEIGHTS,
@@ -382,3 +383,38 @@ def test_answer_text_end_to_end() -> None:
 def test_answer_text_missing_citation() -> None:
     with pytest.raises(QueryError, match="no citation number for hit 1"):
         answer_text([_selected(1, "A sentence here.")], {0: 1})
+
+
+def test_a_sentence_that_goes_on_from_a_chosen_one_follows_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ "She came from Deliveroo." says where Sofia worked, though it names none of the
+    question's terms: it goes on from the chosen sentence (the next one, opening with a
+    pronoun), which outweighs another hit's sentence that says one more question term
+    ("joined")."""
+    hits = [
+        hit(
+            "a#0",
+            "My manager at work is Sofia Mendes, Head of Product Analytics. "
+            "She came from Deliveroo. The office has a rooftop garden.",
+        ),
+        hit("b#0", "Sofia Mendes joined the Bristol office."),
+    ]
+    question = "Where did Sofia Mendes work before she joined Crumb?"
+
+    def picks() -> list[str]:
+        chosen = select_sentences(question, hits, encoder=ConstantEncoder(), max_sentences=2)
+        return [s.sentence.text for s in chosen]
+
+    first, second = select_sentences(question, hits, encoder=ConstantEncoder(), max_sentences=2)
+    assert first.sentence.text.startswith("My manager at work is Sofia Mendes")
+    assert second.sentence.text == "She came from Deliveroo."
+    assert second.parts["continues"] == pytest.approx(CONTINUATION_WEIGHT)
+    assert second.score == pytest.approx(sum(second.parts.values()))
+    assert "continues" not in first.parts
+    monkeypatch.setattr("clew.compose.extract.CONTINUATION_WEIGHT", 0.0)
+    assert picks()[1] == "Sofia Mendes joined the Bristol office."
+    # only a pronoun goes on: the same sentence without one is judged on its own
+    hits[0] = hit("a#0", hits[0].text.replace("She came", "Deliveroo came first; she came"))
+    monkeypatch.setattr("clew.compose.extract.CONTINUATION_WEIGHT", 0.2)
+    assert picks()[1] == "Sofia Mendes joined the Bristol office."
