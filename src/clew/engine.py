@@ -25,7 +25,7 @@ from clew.backends import backend_kind, display_target
 from clew.cache import ResultCache
 from clew.config import EngineConfig, preset_config
 from clew.errors import ConfigError, QueryError, StoreError
-from clew.filters import matches, parse_filter, to_json
+from clew.filters import filter_key, matches, parse_filter, to_json
 from clew.ingest.analyze import ANALYZER_VERSION
 from clew.ingest.concepts import ConceptExtractor
 from clew.ingest.fingerprint import check_built_with, encoder_name, ingest_meta, record_meta
@@ -81,30 +81,16 @@ SELF_CALIBRATE_CHANGE = 0.5
 share (``answer.self_calibrate``)."""
 
 
-def _unordered(node: Any) -> Any:
-    """A filter's JSON with the parts of each ``and`` / ``or`` in one order (their spelling's
-    order does not change what the scope holds)."""
-    if isinstance(node, dict):
-        return {
-            k: sorted((_unordered(x) for x in v), key=lambda x: json.dumps(x, sort_keys=True))
-            if k in ("and", "or") and isinstance(v, list)
-            else _unordered(v)
-            for k, v in node.items()
-        }
-    return node
-
-
 def calibration_file(scope: Any = None) -> str:
     """The file name of an index's own calibration for callers of ``scope`` (a scope filter or
     its canonical JSON; None: unscoped callers): ``calibration.json``, or for a scope
     ``calibration-scope-`` + the first 12 hex digits of the SHA-256 of its canonical JSON. A
     scope's threshold is measured on what the scope holds, so a scoped caller's abstention
     never depends on documents outside its scope."""
-    node = to_json(parse_filter(scope))
-    if node is None:
+    key = filter_key(parse_filter(scope))
+    if key is None:
         return CALIBRATION_FILE
-    canonical = json.dumps(_unordered(node), sort_keys=True, separators=(",", ":"))
-    return f"calibration-scope-{hashlib.sha256(canonical.encode()).hexdigest()[:12]}.json"
+    return f"calibration-scope-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
 
 
 class Engine:

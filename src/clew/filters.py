@@ -265,9 +265,23 @@ def to_json(node: Node | None) -> dict[str, Any] | None:
 
 
 def filter_key(node: Node | None) -> str | None:
-    """A parsed filter as one string (sorted canonical JSON): what caches of masks, scope
-    statistics and SQL predicates are keyed by; None for no filter."""
-    return None if node is None else json.dumps(to_json(node), sort_keys=True)
+    """A parsed filter as one string (sorted canonical JSON, the parts of each ``and`` / ``or``
+    in one order: how a filter is spelled does not change what it allows): what caches of
+    masks, scope statistics and SQL predicates and a scope's calibration file are keyed by;
+    None for no filter."""
+    return None if node is None else json.dumps(_unordered(to_json(node)), sort_keys=True)
+
+
+def _unordered(value: Any) -> Any:
+    """Filter JSON with the parts of each ``and`` / ``or`` sorted by their own canonical JSON."""
+    if isinstance(value, dict):
+        return {
+            k: sorted((_unordered(x) for x in v), key=lambda x: json.dumps(x, sort_keys=True))
+            if k in ("and", "or") and isinstance(v, list)
+            else _unordered(v)
+            for k, v in value.items()
+        }
+    return value
 
 
 def _canon(value: Any) -> str:

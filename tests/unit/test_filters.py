@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from clew.errors import FilterError
-from clew.filters import MetadataColumns, parse_filter, to_json
+from clew.filters import MetadataColumns, filter_key, parse_filter, to_json
 
 DOCS = [
     (
@@ -97,3 +97,17 @@ def test_unknown_field_is_an_error_naming_known_fields(cols: MetadataColumns) ->
 def test_canonical_json_round_trip() -> None:
     spec = {"and": [{"audience": ["public"]}, {"not": {"tenant": "acme"}}]}
     assert to_json(parse_filter(spec)) == spec
+
+
+def test_filter_key_does_not_depend_on_how_the_parts_are_ordered() -> None:
+    """Caches of masks and scope statistics, and a scope's calibration file, are keyed by
+    what a filter allows, not by the order its parts were written in."""
+    one = {"tenant": "acme", "audience": ["public", "internal"]}
+    two = {"audience": ["public", "internal"], "tenant": "acme"}
+    assert to_json(parse_filter(one)) != to_json(parse_filter(two))  # spelled apart
+    assert filter_key(parse_filter(one)) == filter_key(parse_filter(two))
+    nested_one = {"or": [{"tenant": "acme"}, {"and": [{"a": 1}, {"b": 2}]}]}
+    nested_two = {"or": [{"and": [{"b": 2}, {"a": 1}]}, {"tenant": "acme"}]}
+    assert filter_key(parse_filter(nested_one)) == filter_key(parse_filter(nested_two))
+    assert filter_key(parse_filter({"tenant": "acme"})) != filter_key(parse_filter(one))
+    assert filter_key(parse_filter(None)) is None
