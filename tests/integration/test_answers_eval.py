@@ -242,7 +242,7 @@ def test_a_scoped_caller_never_reads_the_whole_index_calibration(
 
     assert main([*args, "--scope", "{tenant: a}"]) == 2
     err = capsys.readouterr().err
-    assert "--scope" in err and "not JSON" in err
+    assert "--scope" in err and "not valid JSON" in err
     assert main([*args, "--scope", '{"tenant": {"$nope": 1}}']) == 2
     assert "$nope" in capsys.readouterr().err
     assert sorted(p.name for p in index.glob("calibration*.json")) == sorted(

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from clew.config import EngineConfig
-from clew.errors import ConfigError
+from clew.errors import ConfigError, FilterError
 from clew.eval.datasets import load_dataset
 from clew.eval.runner import open_index
 from clew.retrieve.adaptive import fit_summary
@@ -120,23 +120,17 @@ def calibrate_self_command(args: argparse.Namespace) -> int:
     weights of ``answer.calibration`` (default: the shipped ones); written to FILE or into the
     index (its answers for that scope then use it)."""
     from clew.engine import Engine, calibration_file
-    from clew.filters import parse_filter
+    from clew.filters import parse_filter, to_json
     from clew.train.calibrate import calibrate_self
 
     if not args.self_:
         raise ConfigError("calibrate needs --dataset DIR (a judged BEIR split) or --self")
     if not args.index:
         raise ConfigError("calibrate --self needs --index DIR (the index to calibrate)")
-    scope = None
-    if args.scope:
-        try:
-            scope = json.loads(args.scope)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(
-                f"--scope {args.scope!r} is not JSON ({exc.msg}); allowed: a filter object, "
-                'e.g. {"tenant": "a"}'
-            ) from exc
-        parse_filter(scope)  # a bad filter is named before any work
+    try:  # a bad scope is named before any work
+        scope = to_json(parse_filter(args.scope))
+    except FilterError as exc:
+        raise ConfigError(f'--scope {args.scope!r}: {exc} (e.g. {{"tenant": "a"}})') from exc
     config = EngineConfig.from_yaml(args.config) if args.config else EngineConfig()
     engine = Engine(args.index, config)
     try:
