@@ -105,6 +105,17 @@ def test_offsets_point_into_the_text() -> None:
         "Christian Moerlein Brewing Co. is a beer company in Cincinnati.",
         "Pick Me Up! is a British weekly magazine.",
         'The episode "Say What?" is the third of the season.',
+        "Incumbent Republican U.S. Senator Orrin Hatch won re-election.",
+        "At 12:25 a.m. EST, the weather service issued a warning.",
+        'John Bernard "J.B." Handelsman drew for the magazine.',
+        "Stanley's brother E.B. White documents the invention.",
+        "Haymo of Faversham, O.F.M. (died 1244) was an English friar.",
+        "The sonata was composed (c. 1711–16) by Handel in London.",
+        "He was Minister General of the Order (1240–c. 1243) in Rome.",
+        "The Flute Sonata in D, Op. 94, was completed in 1943.",
+        "The figure appears in the survey (Gosson 2015, p. 67) of models.",
+        "The Damage, Inc. Tour was a concert tour by Metallica.",
+        "It flows through Washington, St. Francois, Ste. Genevieve and Perry counties.",
     ],
 )
 def test_does_not_split_abbreviations_numbers_or_identifiers(text: str) -> None:
@@ -121,18 +132,23 @@ def test_etc_and_no_end_a_sentence_when_they_should() -> None:
     ]
 
 
-def test_initialisms_titles_and_company_abbreviations_end_a_sentence_before_a_capital() -> None:
+def test_initialisms_and_company_abbreviations_end_a_sentence_before_a_sentence_opener() -> None:
     text = (
         "He moved to the U.S. The next year he left. They sold the Co. Then it closed. "
-        "Why did it close? Nobody knows why."
+        "We met at 9 a.m. After that we left. Why did it close? Nobody knows why. "
+        "The answer is c. The list ends here."
     )
     assert sentences(text) == [
         "He moved to the U.S.",
         "The next year he left.",
         "They sold the Co.",
         "Then it closed.",
+        "We met at 9 a.m.",
+        "After that we left.",
         "Why did it close?",
         "Nobody knows why.",
+        "The answer is c.",
+        "The list ends here.",
     ]
 
 

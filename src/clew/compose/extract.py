@@ -7,10 +7,13 @@ separated), list items, table rows and fenced-code lines are separate units; sin
 inside a paragraph are soft wraps. Headings (``#`` lines), horizontal rules and table separator
 rows are not sentences. Inside a paragraph or list item a sentence ends at ``.``, ``?`` or ``!``
 (optionally followed by closing quotes/brackets) followed by whitespace, except after common
-abbreviations (``e.g.``, ``i.e.``, ``vs.``, ``Fig.``, ``et al.``, ``Dr.`` …) and single capital
-initials, and — before a lowercase word only — after company abbreviations (``Co.``,
-``Inc.`` …), initialisms (``U.S.``, ``O.F.M.``, ``LL.D.``) and a ``?`` or ``!`` (a title
-that ends in one: ``Pick Me Up! is a magazine``); a new sentence starts with a capital.
+abbreviations (``e.g.``, ``i.e.``, ``vs.``, ``Fig.``, ``et al.``, ``Dr.``, ``Ste.`` …) and
+single capital initials; after ``No.``, ``Op.``, ``p.``, ``c.`` … before a number; after
+``etc.`` and a ``?`` or ``!`` (a title that ends in one: ``Pick Me Up! is a magazine``) before a
+lowercase word; and after initialisms (``U.S.``, ``O.F.M.``, ``a.m.``) and company
+abbreviations (``Co.``, ``Inc.`` …) unless the next word opens a sentence (``The``, ``He``,
+``After`` …: ``U.S. Senator Orrin Hatch`` is one sentence, ``… to the U.S. The next year …``
+two).
 Because a boundary needs whitespace after the terminator, numbers and versions
 (``3.5 ms``, ``v2.3.1``) and dotted identifiers (``pool.max_size``) are never cut. Sentences over
 :data:`MAX_WORDS` whitespace words are cut at whitespace into balanced pieces of at most that
@@ -152,21 +155,49 @@ _ABBREVIATIONS = frozenset(
         "jr",
         "sr",
         "st",
+        "ste",
+        "mt",
+        "gen",
+        "gov",
+        "sen",
+        "rep",
+        "col",
+        "lt",
+        "capt",
+        "sgt",
+        "rev",
+        "hon",
     }
 )
 """Words (lowercased, without their final dot) after which a ``.`` does not end a sentence."""
-_LOWERCASE_NEXT = frozenset(
-    {"etc", "ca", "resp", "incl", "co", "inc", "ltd", "corp", "bros", "plc", "llc", "dept"}
-)
+_LOWERCASE_NEXT = frozenset({"etc", "ca", "resp", "incl", "dept"})
 """Abbreviations that often end a sentence: they only hold it together before a lowercase word
-(``Moerlein Brewing Co. is a …``, but ``… founded the Co. The next …``)."""
+(``apples, pears, etc. and other fruit``, but ``… etc. Then we left``)."""
+_COMPANY = frozenset({"co", "inc", "ltd", "corp", "bros", "plc", "llc"})
+"""Company abbreviations: like :data:`_INITIALISM`, they end a sentence only before a word that
+opens one (``… founded the Co. The next …``), not before the rest of a name (``Moerlein Brewing
+Co. is a …``, ``Damage, Inc. Tour was …``)."""
 _INITIALISM = re.compile(r"(?:[^\W\d_]{1,2}\.)+[^\W\d_]{1,2}")
-"""Letters with inner dots (``U.S``, ``O.F.M``, ``LL.D``, ``a.k.a``): like
-:data:`_LOWERCASE_NEXT`, they hold a sentence together before a lowercase word (``the U.S.
-state of Hawaii``)."""
-_DIGIT_NEXT = frozenset({"no", "nos"})
-"""Abbreviations only before a number (``No. 5``); a plain word otherwise (``answer is no.``)."""
+"""Letters with inner dots (``U.S``, ``O.F.M``, ``LL.D``, ``a.k.a``, ``a.m``): they hold a
+sentence together unless the next word opens a sentence (:data:`_OPENERS`): ``the U.S. state of
+Hawaii``, ``U.S. Senator Orrin Hatch``, ``E.B. White``, ``12:25 a.m. EST``, ``O.F.M. (died
+1244)``, but ``He moved to the U.S. The next year …``."""
+_OPENERS = frozenset(
+    {"a", "an", "the", "in", "on", "at", "it", "its", "this", "that", "these", "those"}
+    | {"there", "then", "he", "she", "they", "we", "i", "you", "his", "her", "their", "our"}
+    | {"my", "your", "as", "by", "for", "from", "to", "and", "but", "or", "if", "when"}
+    | {"while", "after", "before", "since", "during", "with", "without", "however", "also"}
+    | {"both", "each", "every", "all", "some", "many", "most", "one", "two", "later", "today"}
+    | {"although", "though", "because", "following", "until", "under", "over", "between"}
+)
+"""Words that open sentences (casefolded): after an initialism or a company abbreviation, one of
+them starts a new sentence; any other word (a capitalised name, a number) goes on with it."""
+_DIGIT_NEXT = frozenset({"no", "nos", "op", "p", "c", "ca", "b", "d", "fl", "r"})
+"""Abbreviations only before a number (``No. 5``, ``Op. 94``, ``p. 67``, ``(c. 1711)``, ``(b.
+1920)``, ``(r. 209–174 BC)``); a plain word otherwise (``answer is no.``)."""
 
+_TAIL = re.compile(r"[^\W\d_]+(?:\.[^\W\d_]+)*$")
+_NEXT_WORD = re.compile(r"\s*[\"'“‘(\[]*([^\W\d_]*)")
 _BOUNDARY = re.compile(r"[.?!]+[\"'”’)\]]*(?=\s)")
 _LIST_MARKER = re.compile(r"[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+")
 _HEADING = re.compile(r"[ \t]{0,3}#{1,6}(?:\s|$)")
@@ -217,15 +248,29 @@ def _holds_together(text: str, block_start: int, dot: int, after: int) -> bool:
     ws = dot - 1
     while ws >= block_start and not text[ws].isspace():
         ws -= 1
-    word = text[ws + 1 : dot].lstrip("([\"'“‘")
+    tail = _TAIL.search(text, ws + 1, dot)  # the letters it ends in: "(c", "1240–c", '"J.B'
+    word = tail.group(0) if tail else ""
     lower = word.casefold()
     if lower in _ABBREVIATIONS or (len(word) == 1 and word.isupper()):
         return True
-    if lower in _LOWERCASE_NEXT or _INITIALISM.fullmatch(word):
-        return _next_char(text, after).islower()
-    if lower in _DIGIT_NEXT:
-        return _next_char(text, after).isdigit()
+    following = _next_char(text, after)
+    if lower in _DIGIT_NEXT and following.isdigit():
+        return True
+    if lower in _LOWERCASE_NEXT:
+        return following.islower()
+    if lower in _COMPANY or _INITIALISM.fullmatch(word):
+        return not _opens(text, after)
     return False
+
+
+def _opens(text: str, at: int) -> bool:
+    """Whether the word after ``at`` opens a sentence: one of :data:`_OPENERS`, capitalised (or
+    after an opening quote or bracket)."""
+    m = _NEXT_WORD.match(text, at)
+    if m is None:
+        return True  # the text ends here
+    word = m.group(1)
+    return word[:1].isupper() and word.casefold() in _OPENERS
 
 
 def _split_block(text: str, start: int, end: int) -> list[tuple[int, int]]:
