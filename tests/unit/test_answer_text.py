@@ -114,6 +114,9 @@ def test_type_match_needs_a_span_the_question_does_not_say() -> None:
     assert type_match("definition", "ERR-4413: Idempotency key in use", define, "ERR-4413") == 1.0
     assert type_match("definition", "ERR-4413 means the key is in use", define, "ERR-4413") == 1.0
     assert type_match("definition", "Retry after ERR-4413 clears", define, "ERR-4413") == 0.0
+    assert type_match("definition", "ERR-4413 is a conflict error", define, "ERR-4413") == 1.0
+    for said in ("is different from ERR-4412", "is not retried", "is also logged"):
+        assert type_match("definition", f"ERR-4413 {said}", define, "ERR-4413") == 0.0
     assert names("The band Rush was formed in Toronto by Geddy Lee's friends.") == [
         "Rush",
         "Toronto",

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -221,11 +222,12 @@ def test_the_sentence_naming_the_asked_identifier_wins() -> None:
         start=0,
         end=50,
     )
-    assert top.matched_terms == ("err-4413", "err", "4413", "mean")
+    # "mean" frames the question (what kind of answer), it is not what the answer is about
+    assert top.matched_terms == ("err-4413", "err", "4413")
     assert top.parts["identifier"] == pytest.approx(IDENTIFIER_BONUS)
     assert top.parts["term_overlap"] == pytest.approx(LEXICAL_WEIGHTS["term_overlap"])
     assert "cosine" not in top.parts
-    # the ERR-4412 sentence shares only "err" and "mean": half the overlap, no bonus
+    # the ERR-4412 sentence shares only "err": a third of the overlap, no bonus
     other = next(s for s in picked if s.sentence.chunk_id == "payments#0")
     assert other.parts["identifier"] == 0.0
     assert other.score < top.score
@@ -434,3 +436,31 @@ def test_a_sentence_that_goes_on_from_a_chosen_one_follows_it(
     hits[0] = hit("a#0", hits[0].text.replace("She came", "Deliveroo came first; she came"))
     monkeypatch.setattr("clew.compose.extract.CONTINUATION_WEIGHT", 0.2)
     assert picks()[1] == "Sofia Mendes joined the Bristol office."
+
+
+def test_a_definition_is_not_matched_by_its_frame_word_or_a_comparison() -> None:
+    """'E104 is different from E105, which means …' says "means" and "E104 is", but defines
+    E105, not E104: the heading that says what E104 is goes first, and the sentence under it
+    goes on from it."""
+    hits = [
+        hit(
+            "e104#1",
+            "If E104 persists for more than 15 minutes, call support. "
+            "E104 is different from E105, which means the provider has suspended your account.",
+        ),
+        replace(
+            hit(
+                "e104#0",
+                "# E104: Upstream link lost\n\n"
+                "The modem lost its connection to the network. The status light blinks amber.",
+            ),
+            title="E104: Upstream link lost",
+        ),
+    ]
+    picked = select_sentences("What does E104 mean?", hits, encoder=ConstantEncoder())
+    assert [s.sentence.text for s in picked[:2]] == [
+        "E104: Upstream link lost",
+        "The modem lost its connection to the network.",
+    ]
+    assert all("mean" not in s.matched_terms for s in picked)
+    assert picked[1].parts["continues"] == pytest.approx(CONTINUATION_WEIGHT)

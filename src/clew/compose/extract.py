@@ -88,7 +88,8 @@ say): the bridge from the first hop's answer to the second."""
 CONTINUATION_WEIGHT = 0.2
 """Added to a sentence that goes on from a chosen one: the next sentence of the same hit, opening
 with a pronoun ("She came from Deliveroo." after "My manager is Sofia Mendes."; "It is
-headquartered in Canton." after "Dunkin' Brands is a restaurant holding company"). It says more
+headquartered in Canton." after "Dunkin' Brands is a restaurant holding company"), or the first
+sentence under a chosen heading (a definition's body under "E104: Upstream link lost"). It says more
 of what the chosen one is about but repeats none of its terms. On the train/dev sets, gold in
 the answer: HotpotQA 0.56 → 0.57, memory 0.529 → 0.553, MuSiQue and support unchanged (0.15 to
 0.25 gave the same; with any next sentence, not only a pronoun's, support lost 0.015)."""
@@ -506,6 +507,13 @@ def _repeats(a: frozenset[str], b: frozenset[str]) -> bool:
     return small > 0 and len(a & b) >= NEAR_DUPLICATE_JACCARD * small
 
 
+_DEFINITION_FRAME = frozenset(
+    analyze("mean means meaning meant stand stands refer refers define defined definition")
+)
+"""Analyzer terms of the words that frame a definition question (``what does X mean``, ``X
+meaning``, ``define X``): they say what kind of answer is asked, not what it is about, so a
+sentence does not match the question by saying "which means" about something else."""
+
 _ANAPHORS = frozenset(
     {"he", "she", "it", "they", "his", "her", "its", "their", "this", "these", "those"}
     | {"he's", "she's", "it's", "they're", "they've", "that's"}
@@ -518,16 +526,16 @@ def _anaphoric(text: str) -> bool:
     return bool(first) and first[0].casefold().replace("’", "'").rstrip(",;:") in _ANAPHORS
 
 
-def _previous(sentences: Sequence[Sentence]) -> dict[tuple[int, int], tuple[int, int]]:
-    """``(hit_index, start)`` of each text sentence → that of the text sentence before it in the
-    same hit."""
-    out: dict[tuple[int, int], tuple[int, int]] = {}
-    last: dict[int, tuple[int, int]] = {}
+def _previous(sentences: Sequence[Sentence]) -> dict[tuple[int, int], tuple[int, int, bool]]:
+    """``(hit_index, start)`` of each text sentence → that of the text sentence or heading
+    before it in the same hit, and whether that one is a heading."""
+    out: dict[tuple[int, int], tuple[int, int, bool]] = {}
+    last: dict[int, tuple[int, int, bool]] = {}
     for s in sentences:
-        if s.kind == "text":
-            if s.hit_index in last:
+        if s.kind in ("text", "heading"):
+            if s.kind == "text" and s.hit_index in last:
                 out[(s.hit_index, s.start)] = last[s.hit_index]
-            last[s.hit_index] = (s.hit_index, s.start)
+            last[s.hit_index] = (s.hit_index, s.start, s.kind == "heading")
     return out
 
 
@@ -606,8 +614,10 @@ def select_sentences(
     train/dev sets: HotpotQA 0.52 → 0.56, MuSiQue 0.25 → 0.28, memory 0.518 → 0.529, support
     0.538 → 0.523 gold in the answer.
     A sentence that goes on from a chosen one (the next of the same hit, opening with a
-    pronoun: "She came from Deliveroo.") gains :data:`CONTINUATION_WEIGHT` (its ``continues``
-    part) and, like a bridge, the wider room.
+    pronoun: "She came from Deliveroo."; or the first under a chosen heading: "The modem lost
+    its connection …" under "E104: Upstream link lost") gains :data:`CONTINUATION_WEIGHT` (its
+    ``continues`` part) and, like a bridge, the wider room. In a definition question, the words
+    that frame it ("mean" in "what does X mean") are not question terms.
     With ``embed_limit``, only that many sentences are embedded (the best by the other
     features); the rest score no cosine. Ties are broken by (hit_index, start). ``idf``
     weights question terms (missing terms weigh 1.0, negative ones 0). See the module
@@ -636,6 +646,8 @@ def select_sentences(
         return []
 
     terms = query_terms(question, 1.0)
+    if asked_type.kind == "definition":  # "mean" in "what does X mean" asks, it is not asked
+        terms = {t: q for t, q in terms.items() if t not in _DEFINITION_FRAME} or terms
     if asked_type.kind != "definition":  # a definition keeps its asides: "(HTTP 409)"
         sentences = [
             replace(x, text=_compact(x.text, terms, asked_type, question))
@@ -743,7 +755,12 @@ def select_sentences(
             repeat = -weights["term_overlap"] * again / total if again > 0 else 0.0
             # the next sentence of a chosen one, opening with a pronoun, goes on about it
             key = (cand.sentence.hit_index, cand.sentence.start)
-            goes_on = previous.get(key) in picked and _anaphoric(cand.sentence.text)
+            before = previous.get(key)
+            goes_on = (
+                before is not None
+                and before[:2] in picked
+                and (before[2] or _anaphoric(cand.sentence.text))
+            )
             continues = CONTINUATION_WEIGHT if goes_on else 0.0
             if chosen and max_words is not None:
                 wider = bridge + continues > 0 and len(chosen) == 1

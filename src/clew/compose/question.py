@@ -217,6 +217,11 @@ _DEFINES = re.compile(
     re.IGNORECASE,
 )
 _WORDS = re.compile(r"[\w'’-]+")
+_NOT_DEFINING = re.compile(
+    r"(?:is|are|was|were)\s+(?:not|different|similar|like|unlike|also|only|usually|often|"
+    r"sometimes|still|now|more|less|easy|hard|rare|common)\b"
+)
+"""``X is …`` that compares or qualifies X rather than saying what it is."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,5 +372,7 @@ def type_match(kind: str, sentence: str, question: str, subject: str = "") -> fl
         if not s or s not in low:
             return 0.0
         after = low.split(s, 1)[1].lstrip()
+        if _NOT_DEFINING.match(after):  # "E104 is different from E105, which means …"
+            return 0.0
         return float(bool(after[:1] in (":", "—", "-", "–", "(", "=") or _DEFINES.match(after)))
     return 0.0
