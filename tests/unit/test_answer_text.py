@@ -97,6 +97,15 @@ def test_answer_sentences_are_plain_and_tables_read_by_column() -> None:
         ("BAT_CELL_IMBAL", "definition", "BAT_CELL_IMBAL"),
         ("what is error SW-5120", "definition", "SW-5120"),
         ("getting SW-3002 every time I scan a bike", "other", ""),
+        # a wh-word that opens a clause asks nothing: "when I scan", "where I found my dog"
+        ("getting SW-3002 when I scan", "other", ""),
+        ("the name of the rescue centre where I found my dog?", "other", ""),
+        ("Kate Ramsay is a character created by who?", "person", ""),
+        # a yes/no question after a statement
+        ("BAT_HIGH_TEMP pack, can I put it in the van?", "yesno", ""),
+        ("dock shows DK-19 after a firmware push, should I power cycle it", "yesno", ""),
+        ("Hauler battery swap, do both packs have to be changed?", "yesno", ""),
+        ("new dock firmware, is it 4.12.3 or 4.13.0?", "comparison", ""),
     ],
 )
 def test_question_types(question: str, kind: str, subject: str) -> None:

@@ -1,6 +1,9 @@
 """What a question asks for: its type, and the kind of span that would answer it.
 
 Rules on the question's first words, no model: the same question always gets the same type.
+A question that opens with a statement is typed by its last wh-word (``The show was written by
+who?``), unless that word opens a clause (``getting SW-3002 when I scan``); with none, by a
+yes/no question after a comma (``BAT_HIGH_TEMP pack, can I put it in the van?``).
 
 =============  ==========================================  =====================================
 type           asked as                                    an answer holds
@@ -217,6 +220,17 @@ _DEFINES = re.compile(
     re.IGNORECASE,
 )
 _WORDS = re.compile(r"[\w'’-]+")
+_CLAUSE_SUBJECTS = frozenset(
+    ["i", "we", "you", "he", "she", "they", "it", "my", "our", "your", "his", "her", "their"]
+)
+"""Words after which a wh-word inside a statement opens a clause, not a question (``getting
+SW-3002 when I scan``, ``the centre where I found my dog``)."""
+_ASKED_AFTER_COMMA = re.compile(
+    r"[,:;-]\s*(?:is|are|was|were|do|does|did|can|could|should|would|will|may|must)\s+"
+    r"(?:i|we|you|it|they|he|she|both|the|my|this|that)\b"
+)
+"""A yes/no question after a statement: ``…, should I power cycle it``, ``…, can I put it in
+the van?``."""
 _NOT_DEFINING = re.compile(
     r"(?:is|are|was|were)\s+(?:not|different|similar|like|unlike|also|only|usually|often|"
     r"sometimes|still|now|more|less|easy|hard|rare|common)\b"
@@ -268,9 +282,18 @@ def classify(question: str) -> Question:
         if len(rest) <= 2:  # "SW-2207", "SW-2209 error", "LOCK-E33 meaning": what the code means
             return Question("definition", named[0])
     if words[0] not in _WH and words[0] not in _AUX and words[0] not in _STARTERS:
-        inner = [i for i, w in enumerate(words) if w in _WH]  # "… founded by who?"
+        # "… founded by who?"; not a clause's "when I scan", "where I found my dog"
+        inner = [
+            i
+            for i, w in enumerate(words)
+            if w in _WH and (i + 1 == len(words) or words[i + 1] not in _CLAUSE_SUBJECTS)
+        ]
         if inner:
             words = words[inner[-1] :]
+        else:  # "BAT_HIGH_TEMP pack, can I put it in the van?"
+            asks = _ASKED_AFTER_COMMA.search(low)
+            if asks:
+                return Question("comparison" if " or " in low[asks.start() :] else "yesno")
     first = words[0]
     second = words[1] if len(words) > 1 else ""
     m = re.match(r"(?:what|wht)\s+(?:is|are|was|were)\s+(?:an?\s+|the\s+)?(.+?)\??$", low)
