@@ -141,9 +141,15 @@ def test_a_definition_question_is_answered_by_its_heading() -> None:
     picked = select_sentences("What does ERR-4413 mean?", [hit("e#6", text)])
     assert picked[0].sentence.kind == "heading"
     assert picked[0].sentence.text == "ERR-4413: Idempotency key in use (HTTP 409)"
-    # a heading is no answer to a question that is not asking for a definition
-    other = select_sentences("When was ERR-4413 retried?", [hit("e#6", text)])
-    assert all(s.sentence.kind != "heading" for s in other)
+    # a heading is no answer to a question that is not asking for a definition, even one
+    # that holds a span of the asked type (a name, a date)
+    for question in ("When was ERR-4413 retried?", "Which key is in use?"):
+        other = select_sentences(question, [hit("e#6", text)])
+        assert all(s.sentence.kind != "heading" for s in other)
+    dated = "## Choosing a Wi-Fi channel (2026-02-18)\n\nPin channel 1, 6 or 11 on 2.4 GHz.\n"
+    for question in ("Which Wi-Fi channels should I use?", "When did the channel rules change?"):
+        picked = select_sentences(question, [hit("w#0", dated)])
+        assert [s.sentence.kind for s in picked] == ["text"]
 
 
 def test_a_hit_titled_by_the_code_asked_about_is_defined_by_its_first_sentence() -> None:

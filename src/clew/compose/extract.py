@@ -636,11 +636,12 @@ def select_sentences(
     if max_sentences == 0:
         return []
     asked_type = classify(question)
+    defines = asked_type.kind == "definition"
     sentences = [
         s
         for s in _sentences(hits)
         if s.kind != "heading"
-        or type_match(asked_type.kind, s.text, question, asked_type.subject) > 0
+        or (defines and type_match("definition", s.text, question, asked_type.subject) > 0)
     ]
     if not sentences:
         return []
