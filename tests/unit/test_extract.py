@@ -464,3 +464,45 @@ def test_a_definition_is_not_matched_by_its_frame_word_or_a_comparison() -> None
     ]
     assert all("mean" not in s.matched_terms for s in picked)
     assert picked[1].parts["continues"] == pytest.approx(CONTINUATION_WEIGHT)
+
+
+class KeyedEncoder:
+    """The question (the first text) is [1, 0]; a text holding one of ``near`` gets cosine
+    ``cosine`` with it, any other text 0.1 (unit vectors, so dot product = cosine)."""
+
+    def __init__(self, near: Sequence[str], cosine: float) -> None:
+        self.near, self.cosine = tuple(near), cosine
+
+    def encode(self, texts: Sequence[str]) -> Matrix:
+        out = np.zeros((len(texts), 2), dtype=np.float32)
+        out[0] = [1.0, 0.0]
+        for i, text in enumerate(texts[1:], start=1):
+            c = self.cosine if any(n in text for n in self.near) else 0.1
+            out[i] = [c, float(np.sqrt(1.0 - c * c))]
+        return out
+
+
+def test_a_sentence_that_says_none_of_the_question_needs_a_close_meaning_to_follow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After the channel sentence, "Check the coax cable" (no question term, cosine 0.1) is
+    padding from another topic: the answer stops; a sentence as unmatched but close in meaning
+    ("Busy blocks …", cosine 0.5) may follow."""
+    hits = [
+        hit("wifi#0", "Pin channel 1, 6 or 11 in a crowded block of flats."),
+        hit("modem#0", "Check that the coax cable is screwed in at both ends."),
+    ]
+    question = "Which wifi channel should I pick?"
+    picked = select_sentences(question, hits, encoder=KeyedEncoder(["Pin"], 0.6))
+    assert [s.sentence.chunk_id for s in picked] == ["wifi#0"]
+    close = KeyedEncoder(["Pin", "coax"], 0.5)
+    assert [s.sentence.chunk_id for s in select_sentences(question, hits, encoder=close)] == [
+        "wifi#0",
+        "modem#0",
+    ]
+    monkeypatch.setattr("clew.compose.extract.MIN_UNMATCHED_COSINE", 0.0)
+    picked = select_sentences(question, hits, encoder=KeyedEncoder(["Pin"], 0.6))
+    assert [s.sentence.chunk_id for s in picked] == ["wifi#0", "modem#0"]
+    # without an encoder there is no cosine to ask for: the floor does not apply
+    monkeypatch.setattr("clew.compose.extract.MIN_UNMATCHED_COSINE", 0.2)
+    assert len(select_sentences("Which channel should I pick?", hits)) == 1  # no term: skipped

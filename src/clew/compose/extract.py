@@ -93,6 +93,12 @@ sentence under a chosen heading (a definition's body under "E104: Upstream link 
 of what the chosen one is about but repeats none of its terms. On the train/dev sets, gold in
 the answer: HotpotQA 0.56 → 0.57, memory 0.529 → 0.553, MuSiQue and support unchanged (0.15 to
 0.25 gave the same; with any next sentence, not only a pronoun's, support lost 0.015)."""
+MIN_UNMATCHED_COSINE = 0.2
+"""A sentence after the first that names no question term, bridges nothing and goes on from no
+chosen one is taken only with at least this cosine to the question (with an encoder): the
+answer to "which wifi channels should I use" stops after the channel sentences rather than
+going on with "Check that the coax cable is screwed in". On the train/dev sets gold in the
+answer is the same for 0 to 0.2 (MuSiQue loses one at 0.25)."""
 BRIDGE_MIN_WORDS = 12
 """Only a question of at least this many words gets the bridge. A chained question is long
 ("… the city where Kerry Saxby-Junna was born"); in chat turns and support articles a shorter one
@@ -616,7 +622,9 @@ def select_sentences(
     A sentence that goes on from a chosen one (the next of the same hit, opening with a
     pronoun: "She came from Deliveroo."; or the first under a chosen heading: "The modem lost
     its connection …" under "E104: Upstream link lost") gains :data:`CONTINUATION_WEIGHT` (its
-    ``continues`` part) and, like a bridge, the wider room. In a definition question, the words
+    ``continues`` part) and, like a bridge, the wider room. A sentence after the first that names
+    no question term and neither bridges nor goes on needs a cosine of at least
+    :data:`MIN_UNMATCHED_COSINE` (with an encoder). In a definition question, the words
     that frame it ("mean" in "what does X mean") are not question terms.
     With ``embed_limit``, only that many sentences are embedded (the best by the other
     features); the rest score no cosine. Ties are broken by (hit_index, start). ``idf``
@@ -767,6 +775,12 @@ def select_sentences(
                 wider = bridge + continues > 0 and len(chosen) == 1
                 room = max_words * (BRIDGE_ROOM if wider else 1.0)
                 if words_used + length > room:
+                    continue
+            if chosen and not cand.matched and bridge + continues <= 0:
+                # says none of the question and does not go on from the answer: only a
+                # sentence close in meaning may follow, not padding from another topic
+                floor = MIN_UNMATCHED_COSINE * weights.get("cosine", 0.0)
+                if cand.parts.get("cosine", floor) < floor:
                     continue
             gain = cand.score + bridge + continues + repeat
             if gain > best_score + 1e-12:
