@@ -106,12 +106,6 @@ def test_answer_sentences_are_plain_and_tables_read_by_column() -> None:
         ("dock shows DK-19 after a firmware push, should I power cycle it", "yesno", ""),
         ("Hauler battery swap, do both packs have to be changed?", "yesno", ""),
         ("new dock firmware, is it 4.12.3 or 4.13.0?", "comparison", ""),
-        # what to do, asked anywhere in the question
-        ("DK-19 what to do", "procedure", ""),
-        ("came off and injured my wrist, what now", "procedure", ""),
-        ("a cell block is puffed up and fizzing, what's the drill", "procedure", ""),
-        ("PK-48 swap steps for the e-bike", "procedure", ""),
-        ("How many steps does the calibration have?", "quantity", ""),
     ],
 )
 def test_question_types(question: str, kind: str, subject: str) -> None:
@@ -130,11 +124,6 @@ def test_type_match_needs_a_span_the_question_does_not_say() -> None:
     assert type_match("definition", "ERR-4413 means the key is in use", define, "ERR-4413") == 1.0
     assert type_match("definition", "Retry after ERR-4413 clears", define, "ERR-4413") == 0.0
     assert type_match("definition", "ERR-4413 is a conflict error", define, "ERR-4413") == 1.0
-    steps = "PK-48 swap steps"
-    assert type_match("procedure", "Swap both packs at the same time.", steps) == 1.0
-    assert type_match("procedure", "Operator steps: check the modem light.", steps) == 1.0
-    assert type_match("procedure", "Don't swap a bike showing LOCK-E40.", steps) == 0.0
-    assert type_match("procedure", "Never mix imbalanced packs.", steps) == 0.0
     for said in ("is different from ERR-4412", "is not retried", "is also logged"):
         assert type_match("definition", f"ERR-4413 {said}", define, "ERR-4413") == 0.0
     assert names("The band Rush was formed in Toronto by Geddy Lee's friends.") == [

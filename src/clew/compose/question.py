@@ -16,7 +16,7 @@ time           when / what year, date, month, day          a date, year, month o
 person         who / whom / whose                          a name (capitalised words)
 place          where / what city, country, state …         a name (capitalised words)
 entity         which / what + noun                         a name, a code, or a number
-procedure      how do I / how to / steps to / what to do   an instruction (imperative, a step)
+procedure      how do I / how to / steps to                an instruction (imperative, a step)
 yesno          is / are / does / can / was …               (no span: the supporting sentence)
 comparison     … or … / which is more, older, first …      both compared names
 reason         why / what caused                           a cause (because, due to, after …)
@@ -207,14 +207,11 @@ _REASON = re.compile(
     r"after|root cause|reason|therefore|owing to|triggered)\b",
     re.IGNORECASE,
 )
-_STEP_LABEL = r"(?:\d+[.)]\s*)?(?:[\w-]+(?:\s+[\w-]+){0,2}:\s*)?(?:\d+[.)]\s*)?"
-"""What may stand before a step's verb: a number, a short label (``Operator steps:``), both."""
 _IMPERATIVE = re.compile(
-    rf"^{_STEP_LABEL}(?:to\b|use|set|run|call|send|open|go|click|select|add|remove|create|"
+    r"^(?:\d+[.)]\s*)?(?:to\b|use|set|run|call|send|open|go|click|select|add|remove|create|"
     r"enable|disable|pause|stop|start|check|wait|retry|contact|install|configure|restart|"
     r"choose|enter|make|update|delete|change|pick|turn|follow|ask|give|keep|do not|don't|"
-    r"never|always|first|then|next|finally|tap|try|scan|press|hold|reset|swap|replace|roll|"
-    r"unplug|plug|leave|put|take|bring)\b",
+    r"never|always|first|then|next|finally)\b",
     re.IGNORECASE,
 )
 _DEFINES = re.compile(
@@ -223,18 +220,6 @@ _DEFINES = re.compile(
     re.IGNORECASE,
 )
 _WORDS = re.compile(r"[\w'’-]+")
-_PROCEDURE = re.compile(
-    r"\bwhat\s+(?:to\s+do|now|next)\b|"
-    r"\bwhat\s+(?:should|do|can|must)\s+(?:i|we)\s+do\b|"
-    r"\bwhat(?:\s+is|['’]s)\s+the\s+(?:drill|procedure|process|fix)\b|"
-    r"\bsteps\b|\bhow\s+(?:do|can|should)\s+(?:i|we)\b"
-)
-"""A request for what to do, anywhere in the question: ``DK-19 what to do``, ``injured my
-wrist, what now``, ``what's the drill``, ``what are the exact steps for …``, ``… how do I get
-going`` (a question opening with "how" has its own rules: "how many steps")."""
-_WARNING = re.compile(rf"{_STEP_LABEL}(?:do not|don't|never|always)\b", re.IGNORECASE)
-"""An instruction that warns rather than says what to do (``Don't swap a bike showing …``):
-no step of a procedure."""
 _CLAUSE_SUBJECTS = frozenset(
     ["i", "we", "you", "he", "she", "they", "it", "my", "our", "your", "his", "her", "their"]
 )
@@ -291,8 +276,6 @@ def classify(question: str) -> Question:
     words = _WORDS.findall(low)
     if not words:
         return Question("other")
-    if words[0] != "how" and _PROCEDURE.search(low):  # "DK-19 what to do", "swap steps for …"
-        return Question("procedure")
     named = codes(text)
     if len(named) == 1 and words[0] not in _WH and words[0] not in _AUX:
         rest = _WORDS.findall(low.replace(named[0].casefold(), " "))
@@ -405,8 +388,7 @@ def type_match(kind: str, sentence: str, question: str, subject: str = "") -> fl
     if kind == "reason":
         return float(bool(_REASON.search(sentence)))
     if kind == "procedure":
-        step = sentence.strip()
-        return float(bool(_IMPERATIVE.match(step)) and not _WARNING.match(step))
+        return float(bool(_IMPERATIVE.match(sentence.strip())))
     if kind == "definition":
         low = sentence.casefold()
         s = subject.casefold()
