@@ -53,7 +53,7 @@ import numpy as np
 
 from clew.compose.assemble import jaccard
 from clew.compose.clean import plain, split_cells, table_row
-from clew.compose.question import Question, classify, names, type_match
+from clew.compose.question import FUNCTION_WORDS, Question, classify, names, type_match
 from clew.compose.verdict import Verdict, verdict
 from clew.errors import ModelError, QueryError
 from clew.ingest.analyze import analyze, query_terms, words
@@ -189,13 +189,9 @@ _INITIALISM = re.compile(r"(?:[^\W\d_]{1,2}\.)+[^\W\d_]{1,2}")
 sentence together unless the next word opens a sentence (:data:`_OPENERS`): ``the U.S. state of
 Hawaii``, ``U.S. Senator Orrin Hatch``, ``E.B. White``, ``12:25 a.m. EST``, ``O.F.M. (died
 1244)``, but ``He moved to the U.S. The next year …``."""
-_OPENERS = frozenset(
-    {"a", "an", "the", "in", "on", "at", "it", "its", "this", "that", "these", "those"}
-    | {"there", "then", "he", "she", "they", "we", "i", "you", "his", "her", "their", "our"}
-    | {"my", "your", "as", "by", "for", "from", "to", "and", "but", "or", "if", "when"}
-    | {"while", "after", "before", "since", "during", "with", "without", "however", "also"}
-    | {"both", "each", "every", "all", "some", "many", "most", "one", "two", "later", "today"}
-    | {"although", "though", "because", "following", "until", "under", "over", "between"}
+_OPENERS = FUNCTION_WORDS | frozenset(
+    {"later", "today", "although", "though", "because", "following", "until", "under", "over"}
+    | {"between"}
 )
 """Words that open sentences (casefolded): after an initialism or a company abbreviation, one of
 them starts a new sentence; any other word (a capitalised name, a number) goes on with it."""

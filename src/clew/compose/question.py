@@ -29,7 +29,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["QUESTION_TYPES", "Question", "classify", "codes", "names", "type_match"]
+__all__ = [
+    "FUNCTION_WORDS",
+    "QUESTION_TYPES",
+    "Question",
+    "classify",
+    "codes",
+    "names",
+    "type_match",
+]
 
 QUESTION_TYPES: tuple[str, ...] = (
     "definition",
@@ -142,7 +150,7 @@ _TIME = re.compile(
     re.IGNORECASE,
 )
 _NAME = re.compile(r"\b[A-Z][\w'’.-]*(?:\s+(?:(?:of|de|von|van|the|and)\s+)?[A-Z][\w'’.-]*)*")
-_NOT_NAMES = frozenset(
+FUNCTION_WORDS = frozenset(
     [
         "a",
         "an",
@@ -201,6 +209,8 @@ _NOT_NAMES = frozenset(
         "two",
     ]
 )
+"""Function words, casefolded: capitalised only for starting a sentence, never a name's first word
+(:func:`names`); they open sentences (:mod:`clew.compose.extract` splits before them)."""
 _CODE = re.compile(r"\b[A-Za-z]+[-_.]?\d[\w.-]*\b|\b[A-Z]{2,}\b")
 _REASON = re.compile(
     r"\b(?:because|due to|caused|causes|cause|since|as a result|led to|leads to|so that|"
@@ -358,7 +368,7 @@ def names(text: str) -> list[str]:
     out = []
     for m in _NAME.finditer(text):
         parts = m.group(0).split()
-        while parts and parts[0].casefold() in _NOT_NAMES:
+        while parts and parts[0].casefold() in FUNCTION_WORDS:
             parts = parts[1:]
         name = re.sub(r"['’]s$", "", " ".join(parts)).rstrip(".'’-")
         if name:
