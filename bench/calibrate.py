@@ -104,8 +104,10 @@ def main() -> int:
     questions = {n: [q.text for q in d.queries] for n, d in sets.items()}
     key = hashlib.sha256(
         json.dumps([args.limit, EVIDENCE, *(ingest_key(d, config) for d in sets.values())]).encode()
-        + (REPO_DIR / "src" / "clew" / "compose" / "extract.py").read_bytes()
-        + (REPO_DIR / "src" / "clew" / "compose" / "offtopic.py").read_bytes()
+        + b"".join(
+            (REPO_DIR / "src" / "clew" / "compose" / f"{m}.py").read_bytes()
+            for m in ("extract", "question", "verdict", "offtopic")
+        )
     ).hexdigest()[:12]
     cache = WORK_DIR / f"evidence-{key}.json"
     if cache.exists():
