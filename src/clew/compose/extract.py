@@ -269,10 +269,8 @@ def _holds_together(text: str, block_start: int, dot: int, after: int) -> bool:
 def _opens(text: str, at: int) -> bool:
     """Whether the word after ``at`` opens a sentence: one of :data:`_OPENERS`, capitalised (or
     after an opening quote or bracket)."""
-    m = _NEXT_WORD.match(text, at)
-    if m is None:
-        return True  # the text ends here
-    word = m.group(1)
+    m = _NEXT_WORD.match(text, at)  # always matches (an empty word before a digit or the end)
+    word = m.group(1) if m else ""
     return word[:1].isupper() and word.casefold() in _OPENERS
 
 
@@ -651,9 +649,9 @@ def select_sentences(
         return []
 
     terms = query_terms(question, 1.0)
-    if asked_type.kind == "definition":  # "mean" in "what does X mean" asks, it is not asked
+    if defines:  # "mean" in "what does X mean" asks, it is not asked
         terms = {t: q for t, q in terms.items() if t not in _DEFINITION_FRAME} or terms
-    if asked_type.kind != "definition":  # a definition keeps its asides: "(HTTP 409)"
+    else:  # a definition keeps its asides: "(HTTP 409)"
         sentences = [
             replace(x, text=_compact(x.text, terms, asked_type, question))
             if x.kind == "text"
