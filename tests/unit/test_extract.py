@@ -466,6 +466,46 @@ def test_a_definition_is_not_matched_by_its_frame_word_or_a_comparison() -> None
     assert picked[1].parts["continues"] == pytest.approx(CONTINUATION_WEIGHT)
 
 
+def test_a_lead_in_comes_with_the_item_it_introduces_or_not_at_all() -> None:
+    """ "… relies on session state:" alone is a fragment: the list item after it goes on from
+    it and follows it directly; when the item is not chosen, neither is the lead-in."""
+    runbook = hit(
+        "runbook#1",
+        "Transaction pooling breaks anything that relies on session state:\n\n"
+        "- SET statements, advisory locks, LISTEN and temp tables.\n"
+        "- Prepared statements on the server side.\n",
+    )
+    other = hit("catalog#3", "Pool exhaustion under transaction pooling hits every service.")
+    question = "what breaks under transaction pooling"
+    picked = select_sentences(question, [runbook, other], encoder=ConstantEncoder())
+    texts = [s.sentence.text for s in picked]
+    lead = texts.index("Transaction pooling breaks anything that relies on session state:")
+    assert texts[lead + 1] == "SET statements, advisory locks, LISTEN and temp tables."
+    assert picked[lead + 1].parts["continues"] == pytest.approx(CONTINUATION_WEIGHT)
+    # one sentence only: the lead-in cannot bring its item, so it is left out
+    alone = select_sentences(question, [runbook, other], encoder=ConstantEncoder(), max_sentences=1)
+    assert [s.sentence.text for s in alone] == []
+    # a lead-in to a table introduces no text sentence after the table
+    table = hit(
+        "limits#0",
+        "Transaction pooling breaks anything that relies on session state:\n\n"
+        "| feature | under transaction pooling |\n|---|---|\n"
+        "| LISTEN and NOTIFY | never delivered |\n\n"
+        "Session advisory locks were removed in March.",
+    )
+    picked = select_sentences(
+        question, [table], encoder=ConstantEncoder(), max_sentences=3, max_per_hit=3
+    )
+    texts = [s.sentence.text for s in picked]
+    # the row was the best pick; the lead-in, chosen after it, stands right before it
+    assert texts == [
+        "Transaction pooling breaks anything that relies on session state:",
+        "feature: LISTEN and NOTIFY; under transaction pooling: never delivered",
+        "Session advisory locks were removed in March.",
+    ]
+    assert picked[2].parts["continues"] == 0.0  # the table, not this, follows the lead-in
+
+
 class KeyedEncoder:
     """The question (the first text) is [1, 0]; a text holding one of ``near`` gets cosine
     ``cosine`` with it, any other text 0.1 (unit vectors, so dot product = cosine)."""

@@ -526,16 +526,58 @@ def _anaphoric(text: str) -> bool:
     return bool(first) and first[0].casefold().replace("’", "'").rstrip(",;:") in _ANAPHORS
 
 
+def _leads_in(sentence: Sentence) -> bool:
+    """Whether a text sentence introduces what follows it ("… relies on session state:" before
+    a list): alone, it is a fragment."""
+    return sentence.kind == "text" and sentence.text.endswith(":")
+
+
 def _previous(sentences: Sequence[Sentence]) -> dict[tuple[int, int], tuple[int, int, bool]]:
     """``(hit_index, start)`` of each text sentence → that of the text sentence or heading
-    before it in the same hit, and whether that one is a heading."""
+    before it in the same hit, and whether that one introduces it (a heading, or a lead-in
+    ending with a colon). The first table row or code line after a lead-in maps to the lead-in
+    too, and no text sentence after them does."""
     out: dict[tuple[int, int], tuple[int, int, bool]] = {}
     last: dict[int, tuple[int, int, bool]] = {}
+    lead_in: dict[int, bool] = {}  # whether the hit's last text sentence is a lead-in
     for s in sentences:
+        key = (s.hit_index, s.start)
+        before = last.get(s.hit_index)
         if s.kind in ("text", "heading"):
-            if s.kind == "text" and s.hit_index in last:
-                out[(s.hit_index, s.start)] = last[s.hit_index]
-            last[s.hit_index] = (s.hit_index, s.start, s.kind == "heading")
+            if s.kind == "text" and before is not None:
+                out[key] = before
+            leads = _leads_in(s)
+            last[s.hit_index] = (s.hit_index, s.start, s.kind == "heading" or leads)
+            lead_in[s.hit_index] = leads
+        elif before is not None and lead_in.get(s.hit_index, False):
+            out[key] = before  # the table or code the lead-in introduces
+            del last[s.hit_index]
+    return out
+
+
+def _without_dangling(
+    chosen: list[_Scored], previous: Mapping[tuple[int, int], tuple[int, int, bool]]
+) -> list[_Scored]:
+    """``chosen`` without a lead-in whose next sentence was not chosen; a chosen lead-in and
+    the chosen sentence it introduces stand together, where the first of them was chosen."""
+    by_key = {(c.sentence.hit_index, c.sentence.start): c for c in chosen}
+    follows: dict[tuple[int, int], tuple[int, int]] = {}  # lead-in → the sentence after it
+    for key, (hit, start, _) in previous.items():
+        before = by_key.get((hit, start))
+        if key in by_key and before is not None and _leads_in(before.sentence):
+            follows[(hit, start)] = key
+    led = {after: first for first, after in follows.items()}
+    placed: set[tuple[int, int]] = set()
+    out: list[_Scored] = []
+    for c in chosen:
+        key = (c.sentence.hit_index, c.sentence.start)
+        head = led.get(key, key)
+        if head in placed or (_leads_in(c.sentence) and key not in follows):
+            continue
+        for part in (head, follows.get(head)):
+            if part is not None:
+                out.append(by_key[part])
+                placed.add(part)
     return out
 
 
@@ -618,8 +660,10 @@ def select_sentences(
     its connection …" under "E104: Upstream link lost") gains :data:`CONTINUATION_WEIGHT` (its
     ``continues`` part) and, like a bridge, the wider room. A sentence after the first that names
     no question term and neither bridges nor goes on needs a cosine of at least
-    :data:`MIN_UNMATCHED_COSINE` (with an encoder). In a definition question, the words
-    that frame it ("mean" in "what does X mean") are not question terms.
+    :data:`MIN_UNMATCHED_COSINE` (with an encoder). A lead-in ending with a colon ("… relies
+    on session state:") is a fragment alone: the list item, table row or code line after it goes
+    on from it, stands right after it, and without it the lead-in is left out. In a definition
+    question, the words that frame it ("mean" in "what does X mean") are not question terms.
     With ``embed_limit``, only that many sentences are embedded (the best by the other
     features); the rest score no cosine. Ties are broken by (hit_index, start). ``idf``
     weights question terms (missing terms weigh 1.0, negative ones 0). See the module
@@ -799,6 +843,7 @@ def select_sentences(
         bridges |= _novel_names(cand.sentence.text, low_question)
         linked |= linked_from.get(cand.sentence.hit_index, set())
         covered |= set(cand.matched)
+    chosen = _without_dangling(chosen, previous)
     return [Selected(c.sentence, c.score, c.parts, c.matched) for c in chosen]
 
 
