@@ -58,7 +58,11 @@ DOCS = [RUNBOOK, CODE, *NEAR, *FILLER]
 
 
 def config(**graph: object) -> EngineConfig:
-    return EngineConfig().with_overrides(trace={"enabled": False}, graph=graph)
+    """Title links on their own: the near documents are titled by the query's ``CHG-7``, so the
+    identifier-title step (``fusion.title_identifier``, tested in ``test_named``) is off."""
+    return EngineConfig().with_overrides(
+        trace={"enabled": False}, fusion={"title_identifier": 0.0}, graph=graph
+    )
 
 
 def test_named_document_joins_with_its_path_and_plan(fake_engine: Engine) -> None:
@@ -107,10 +111,10 @@ def test_scope_hides_the_named_document_as_if_never_ingested(tmp_path: Path) -> 
 def test_link_survives_reopening(tmp_path: Path) -> None:
     with fake_engine(tmp_path / "idx") as engine:
         engine.ingest(DOCS)
-        before = [h.chunk_id for h in engine.search(QUERY, k=5).hits]
+        before = [h.chunk_id for h in engine.search(QUERY, k=5, config=config()).hits]
     with fake_engine(tmp_path / "idx", create=False) as engine:
         assert engine.snapshot().graph_index.about  # loaded from the saved graph
-        after = engine.search(QUERY, k=5)
+        after = engine.search(QUERY, k=5, config=config())
     assert [h.chunk_id for h in after.hits] == before
     assert any(LEG in {c.leg for c in h.contributions} for h in after.hits)
 

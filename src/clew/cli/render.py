@@ -124,6 +124,8 @@ def trail_text(step: dict[str, Any]) -> str:
             e["edge"] + (f" ({', '.join(e['via'])})" if e.get("via") else "") for e in step["edges"]
         )
         return f"concepts {', '.join(step['concepts'])} → {edges} → {end}"
+    if kind == "identifier title":
+        return f"its title or heading names the query's identifier ({step['title']}) → {end}"
     if kind in ("graph expansion", "graph walk", "title link"):
         edges = " → ".join(
             f"{e['edge']}{' ' + repr(e['via']) if e['via'] else ''} → {e['to']}"

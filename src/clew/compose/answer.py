@@ -392,6 +392,16 @@ def why(hit: Hit, matched_terms: Sequence[str], kept_rank: int | None) -> dict[s
                 "document": hit.doc_id,
             }
         )
+    if "title_identifier" in legs:
+        trail.append(
+            {
+                "from": "identifier title",
+                "title": " > ".join((hit.title, *hit.heading_path)),
+                "edges": [],
+                "chunk": hit.chunk_id,
+                "document": hit.doc_id,
+            }
+        )
     for path in hit.expansion[:2]:
         trail.append(
             {

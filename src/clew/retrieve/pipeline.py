@@ -2,9 +2,9 @@
 
 validate → filter (compiled once by the backend) → link concepts → route → legs (lexical,
 dense, graph; in parallel, each with the same compiled filter, over-fetched) → weigh (the
-learned router) → fuse (convex or RRF, contributions kept) → dedup (content hash) → recency
-→ expand → rerank → hits. The pipeline never asks which backend it has: the snapshot answers
-every leg and every lookup."""
+learned router) → fuse (convex or RRF, contributions kept) → dedup (content hash) → identifier
+titles → recency → expand → rerank → hits. The pipeline never asks which backend it has: the
+snapshot answers every leg and every lookup."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from clew.protocols import (
 from clew.retrieve.expand import expand
 from clew.retrieve.features import features
 from clew.retrieve.fuse import dedup, fuse
+from clew.retrieve.named import query_identifiers, title_identifiers
 from clew.retrieve.recency import apply_recency
 from clew.retrieve.rerank import rerank
 from clew.retrieve.route import adaptive, route, walks_by_pagerank, weigh
@@ -43,6 +44,8 @@ __all__ = ["NAMED_KINDS", "Services", "check_query", "retrieve"]
 
 NAMED_KINDS = frozenset({"entity", "identifier"})
 """Concept kinds that are names: a query naming one seeds the graph walk well."""
+TITLE_IDENTIFIER_DEPTH = 30
+"""How many of the top fused hits the identifier-title step reads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,12 @@ def retrieve(
     if cfg.fusion.dedup:
         fused = dedup(fused, content_hash)
     timings["fuse"] = elapsed_ms(t)
+    asked = query_identifiers(query) if cfg.fusion.title_identifier > 0 else frozenset()
+    if fused and asked:
+        t = time.perf_counter()
+        part = cfg.fusion.title_identifier * cfg.fusion.top_part()
+        fused = title_identifiers(fused, snap.rows, asked, part, TITLE_IDENTIFIER_DEPTH)
+        timings["identifiers"] = elapsed_ms(t)
     reference = time.time() if as_of is None else as_of
     rc = cfg.recency
     if fused and rc.weight > 0 and (rc.documents or (rc.memories and snap.has_memories())):

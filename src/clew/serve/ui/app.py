@@ -43,6 +43,7 @@ LEG_LABELS: dict[str, str] = {
     "graph": "graph (concepts)",
     "graph_expansion": "graph expansion",
     "title_link": "title link",
+    "title_identifier": "title names the identifier",
     "rerank": "rerank",
 }
 DROP_REASONS: dict[str, str] = {
