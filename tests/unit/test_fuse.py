@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from clew.retrieve.fuse import Fused, convex, dedup, fuse, rrf
+from clew.retrieve.fuse import Fused, boost, convex, dedup, fuse, rrf
 from clew.types import LegHit
 
 
@@ -115,3 +115,17 @@ def test_convex_single_score_list_weighs_fully_and_methods_dispatch() -> None:
     assert convex(lists, {"lexical": 0.0, "graph": 0.0}, ids) == []
     assert fuse("rrf", lists, {"lexical": 1.0}, 60, ids)[0].score == pytest.approx(1 / 61)
     assert fuse("convex", lists, {"lexical": 1.0}, 60, ids)[0].score == pytest.approx(1.0)
+
+
+def test_boost_raises_resorts_with_ties_in_fused_order_and_records_the_step() -> None:
+    fused = [Fused(o, s, (), None) for o, s in ((1, 1.0), (2, 0.8), (3, 0.5), (4, 0.3))]
+    out = boost(fused, {3: (2.0, 0.5), 4: (7.0, 0.5)}, "step")
+    # 3 rises to 1.0 and ties with 1, which came first in fused order; 4 rises to 0.8 behind 2
+    assert [f.ordinal for f in out] == [1, 3, 2, 4]
+    assert [f.score for f in out] == [1.0, 1.0, 0.8, 0.8]
+    steps = {
+        f.ordinal: [(c.leg, c.rank, c.raw_score, c.fused_part) for c in f.contributions]
+        for f in out
+    }
+    assert steps == {1: [], 3: [("step", 2, 2.0, 0.5)], 2: [], 4: [("step", 4, 7.0, 0.5)]}
+    assert boost(fused, {}, "step") == fused

@@ -31,6 +31,7 @@ import numpy.typing as npt
 from clew.compose.assemble import Context
 from clew.errors import ModelError
 from clew.models.logistic import LogisticModel, fit_logistic
+from clew.retrieve.named import LEG as TITLE_IDENTIFIER
 from clew.types import LEGS, Hit, JSONValue, RerankStatus
 
 EVIDENCE: tuple[str, ...] = (
@@ -392,7 +393,7 @@ def why(hit: Hit, matched_terms: Sequence[str], kept_rank: int | None) -> dict[s
                 "document": hit.doc_id,
             }
         )
-    if "title_identifier" in legs:
+    if TITLE_IDENTIFIER in legs:
         trail.append(
             {
                 "from": "identifier title",

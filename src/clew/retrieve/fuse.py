@@ -126,6 +126,35 @@ def convex(
     return _weighted(lists, weights, chunk_id, part_of)
 
 
+def boost(
+    fused: Sequence[Fused], gained: Mapping[int, tuple[float, float]], leg: str
+) -> list[Fused]:
+    """``fused`` after a step that raises some hits: each ordinal in ``gained`` (``(raw,
+    part)``) gains ``part``, the list is re-sorted by score (ties keep fused order), and each
+    raised hit carries a ``leg`` contribution with its new rank, ``raw`` and ``part``. Steps
+    after fusion (recency, identifier titles) share it, so their hits read alike."""
+    if not gained:
+        return list(fused)
+    position = {f.ordinal: i for i, f in enumerate(fused)}
+    raised = [
+        replace(f, score=f.score + gained[f.ordinal][1]) if f.ordinal in gained else f
+        for f in fused
+    ]
+    raised.sort(key=lambda f: (-f.score, position[f.ordinal]))
+    return [
+        replace(
+            f,
+            contributions=(
+                *f.contributions,
+                Contribution(leg, rank, gained[f.ordinal][0], gained[f.ordinal][1]),
+            ),
+        )
+        if f.ordinal in gained
+        else f
+        for rank, f in enumerate(raised, start=1)
+    ]
+
+
 def dedup(fused: Sequence[Fused], content_hash: Callable[[int], str]) -> list[Fused]:
     """Fold hits whose content hash was already seen into the first (best) one."""
     first: dict[str, int] = {}

@@ -27,13 +27,11 @@ slice 0.03.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from functools import lru_cache
 
 from clew.ingest.concepts import find_identifiers
 from clew.protocols import ChunkRow
-from clew.retrieve.fuse import Fused
-from clew.types import Contribution
+from clew.retrieve.fuse import Fused, boost
 
 __all__ = ["LEG", "query_identifiers", "title_identifiers"]
 
@@ -68,28 +66,12 @@ def title_identifiers(
         return out
     head = out[:depth]
     found = rows([f.ordinal for f in head])
-    named: dict[int, int] = {}
+    named: dict[int, tuple[float, float]] = {}
     for f in head:
         row = found.get(f.ordinal)
         if row is None:
             continue
         count = len(identifiers & _titled(row.title, tuple(row.heading_path)))
         if count:
-            named[f.ordinal] = count
-    if not named:
-        return out
-    position = {f.ordinal: i for i, f in enumerate(out)}
-    raised = [replace(f, score=f.score + part) if f.ordinal in named else f for f in out]
-    raised.sort(key=lambda f: (-f.score, position[f.ordinal]))
-    return [
-        replace(
-            f,
-            contributions=(
-                *f.contributions,
-                Contribution(LEG, rank, float(named[f.ordinal]), part),
-            ),
-        )
-        if f.ordinal in named
-        else f
-        for rank, f in enumerate(raised, start=1)
-    ]
+            named[f.ordinal] = (float(count), part)
+    return boost(out, named, LEG)

@@ -7,10 +7,7 @@ from dataclasses import replace
 
 from clew.config import EngineConfig, RecencyConfig
 from clew.protocols import Snapshot
-from clew.retrieve.fuse import Fused
-from clew.types import (
-    Contribution,
-)
+from clew.retrieve.fuse import Fused, boost
 
 RECENCY = "recency"
 """Contribution name of recency weighting."""
@@ -46,32 +43,15 @@ def apply_recency(
     def info(o: int) -> tuple[float, bool]:
         return known.get(o, (math.nan, False))
 
-    out: list[Fused] = []
     gained: dict[int, tuple[float, float]] = {}
     for f in fused:
         o = f.ordinal
         when, is_memory = info(o)
         is_memory = is_memory and rc.memories
         if math.isnan(when) or not (rc.documents or is_memory):
-            out.append(f)
             continue
         age = max(0.0, (reference - when) / 86_400.0)
-        part = rc.weight * 0.5 ** (age / rc.half_life_days) * unit
-        gained[o] = (round(age, 3), part)
-        out.append(replace(f, score=f.score + part))
+        gained[o] = (round(age, 3), rc.weight * 0.5 ** (age / rc.half_life_days) * unit)
     if not gained:
         return fused
-    position = {f.ordinal: i for i, f in enumerate(fused)}
-    out.sort(key=lambda f: (-f.score, position[f.ordinal]))
-    return [
-        replace(
-            f,
-            contributions=(
-                *f.contributions,
-                Contribution(RECENCY, rank, gained[f.ordinal][0], gained[f.ordinal][1]),
-            ),
-        )
-        if f.ordinal in gained
-        else f
-        for rank, f in enumerate(out, start=1)
-    ]
+    return boost(fused, gained, RECENCY)
