@@ -200,8 +200,8 @@ class FusionConfig:
     """Fold hits with the same content hash into one (the best-ranked keeps its id)."""
     title_identifier: float = 0.25
     """After fusion, a hit whose document title or section heading names an identifier the
-    query names (``SW-2207``, ``ERR-4413``) gains this many rank-1 leg parts
-    (:mod:`clew.retrieve.named`); 0 = off."""
+    query names (``SW-2207``, ``ERR-4413``) gains this many rank-1 leg parts, times the
+    identifiers' share of the query's idf mass (:mod:`clew.retrieve.named`); 0 = off."""
 
     def __post_init__(self) -> None:
         _check(self.method in ("convex", "rrf"), "fusion.method", self.method, "convex, rrf")

@@ -94,3 +94,22 @@ def test_the_baselines_leave_the_step_out_and_the_weight_is_checked() -> None:
         assert PRESETS[name].fusion.title_identifier == 0.0
     with pytest.raises(ConfigError, match=r"fusion\.title_identifier"):
         EngineConfig().with_overrides(fusion={"title_identifier": -1.0})
+
+
+def test_the_share_is_the_identifiers_part_of_the_query_idf_mass() -> None:
+    from clew.ingest.analyze import query_terms
+    from clew.retrieve.named import identifier_share
+
+    asked = query_identifiers("SW-2207")
+    alone = query_terms("SW-2207", 0.5)
+    assert identifier_share(alone, dict.fromkeys(alone, 3.0), asked) == pytest.approx(1.0)
+    passing = query_terms("SW-2207 but the display says charging", 0.5)
+    idf = {t: 3.0 for t in passing}
+    share = identifier_share(passing, idf, asked)
+    # the whole token (1) and its two parts (0.5 each) of those plus display, says, charging
+    assert share == pytest.approx(2.0 / 5.0)
+    # a rarer identifier weighs more of the query
+    assert identifier_share(passing, {**idf, "sw-2207": 9.0}, asked) > share
+    # no idf at all (an empty scope): the whole part, never a division by zero
+    assert identifier_share(passing, {}, asked) == 1.0
+    assert identifier_share(passing, idf, frozenset()) == 0.0

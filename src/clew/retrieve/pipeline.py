@@ -32,7 +32,7 @@ from clew.protocols import (
 from clew.retrieve.expand import expand
 from clew.retrieve.features import features
 from clew.retrieve.fuse import dedup, fuse
-from clew.retrieve.named import query_identifiers, title_identifiers
+from clew.retrieve.named import identifier_share, query_identifiers, title_identifiers
 from clew.retrieve.recency import apply_recency
 from clew.retrieve.rerank import rerank
 from clew.retrieve.route import adaptive, route, walks_by_pagerank, weigh
@@ -172,7 +172,8 @@ def retrieve(
     asked = query_identifiers(query) if cfg.fusion.title_identifier > 0 else frozenset()
     if fused and asked:
         t = time.perf_counter()
-        part = cfg.fusion.title_identifier * cfg.fusion.top_part()
+        share = identifier_share(tokens, snap.idf(list(tokens), scoped), asked)
+        part = cfg.fusion.title_identifier * cfg.fusion.top_part() * share
         fused = title_identifiers(fused, snap.rows, asked, part, TITLE_IDENTIFIER_DEPTH)
         timings["identifiers"] = elapsed_ms(t)
     reference = time.time() if as_of is None else as_of
