@@ -340,6 +340,25 @@ def write_result(name: str, title: str, body: str, *, notes: Sequence[str] = ())
     return path
 
 
+def write_settings(
+    name: str,
+    title: str,
+    labels: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    *,
+    notes: Sequence[str] = (),
+) -> Path:
+    """``bench/results/<name>.md`` for an idea measured on the train and dev sets: a row per set
+    (its label, then a value per setting and the change of each setting after the first), a
+    column per setting of ``labels``, the first being ``off`` (the shipped default)."""
+    header = ["set", *labels, *(f"Δ {label}" for label in labels[1:])]
+    rule = [
+        "train and dev sets only; `Δ` is the setting minus `off` (the shipped default)",
+        "kept only if a setting gains on some set and loses on none (by more than 0.002)",
+    ]
+    return write_result(name, title, table(header, rows), notes=[*rule, *notes])
+
+
 # -- the SciFact index shared by ingest.py and search.py ----------------------------------------
 
 

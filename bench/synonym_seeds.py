@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 import clew.index.graph as graph_module
-from _common import log, parser, table, write_result
+from _common import log, parser, write_settings
 from clew.config import EngineConfig
 from clew.eval.datasets import load_dataset
 from clew.eval.runner import open_index, run_config
@@ -126,24 +126,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         engine.close()
         rows.append([f"{name}:{split} {metric}", *scores, *(s - scores[0] for s in scores[1:])])
         rows.append(["  synonym seeds per query", *added, *([""] * len(args.tau))])
-    header = [
-        "set",
-        *(label for label, _ in settings),
-        *(f"Δ {label}" for label, _ in settings[1:]),
-    ]
-    notes = [
-        "train and dev sets only; `Δ` is the setting minus `off` (the shipped default)",
-        "kept only if a setting gains on some set and loses on none (by more than 0.002)",
-        f"neighbours per linked concept: {args.neighbours}; entity and multi-word concept "
-        "labels embedded with the shipped MiniLM encoder",
-    ]
-    path = write_result(
+    write_settings(
         "synonym-seeds",
         "Synonym seeds from concept-label embeddings (measured, not kept)",
-        table(header, rows),
-        notes=notes,
+        [label for label, _ in settings],
+        rows,
+        notes=[
+            f"neighbours per linked concept: {args.neighbours}; entity and multi-word concept "
+            "labels embedded with the shipped MiniLM encoder",
+        ],
     )
-    log(f"wrote {path}")
     return 0
 
 
