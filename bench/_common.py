@@ -359,6 +359,12 @@ def write_settings(
     return write_result(name, title, table(header, rows), notes=[*rule, *notes])
 
 
+def setting_row(label: str, scores: Sequence[float]) -> list[object]:
+    """A row of :func:`write_settings`: the label, each setting's score, then each later
+    setting's change against the first (``off``)."""
+    return [label, *scores, *(s - scores[0] for s in scores[1:])]
+
+
 # -- the SciFact index shared by ingest.py and search.py ----------------------------------------
 
 

@@ -28,11 +28,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from _common import log, parser, write_settings
+from _common import log, parser, setting_row, write_settings
 from clew.backends.embedded.snapshot import EmbeddedSnapshot
 from clew.config import EngineConfig
 from clew.eval.datasets import load_dataset
 from clew.eval.runner import open_index, run_config
+from clew.index.bm25 import ceiling
 from clew.ingest.analyze import analyze
 from clew.types import LegHit
 from rerank import TRAIN, dataset_dir
@@ -84,7 +85,7 @@ class Feedback:
         if self.setting is None or not hits:
             return hits
         idf = snap.idf(list(terms), stats)
-        most = sum(idf[t] * w * (cfg.k1 + 1) for t, w in terms.items())
+        most = ceiling(terms, idf, cfg.k1)
         if most <= 0 or hits[0].score / most < self.setting[3]:
             return hits  # the lexical leg's own top hit covers too little of the query
         extra = self.expansion(snap, terms, hits[: self.setting[0]], stats)
@@ -126,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             per = feedback.added / max(len(dataset.queries), 1)
             log(f"{name}: {label} {metric} {scores[-1]:.4f} (+{per:.1f} terms/query)")
         engine.close()
-        rows.append([f"{name}:{split} {metric}", *scores, *(s - scores[0] for s in scores[1:])])
+        rows.append(setting_row(f"{name}:{split} {metric}", scores))
     write_settings(
         "feedback",
         "Pseudo-relevance feedback for the lexical leg (measured, not kept)",

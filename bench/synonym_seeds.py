@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 import clew.index.graph as graph_module
-from _common import log, parser, write_settings
+from _common import log, parser, setting_row, write_settings
 from clew.config import EngineConfig
 from clew.eval.datasets import load_dataset
 from clew.eval.runner import open_index, run_config
@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             added.append(seeds.added / max(len(dataset.queries), 1))
             log(f"{name}: {label} {metric} {scores[-1]:.4f} (+{added[-1]:.2f} seeds/query)")
         engine.close()
-        rows.append([f"{name}:{split} {metric}", *scores, *(s - scores[0] for s in scores[1:])])
+        rows.append(setting_row(f"{name}:{split} {metric}", scores))
         rows.append(["  synonym seeds per query", *added, *([""] * len(args.tau))])
     write_settings(
         "synonym-seeds",

@@ -66,3 +66,14 @@ def test_the_embedded_index_scores_with_them() -> None:
     norm = 0.9 * (0.6 + 0.4 * 3 / 2.5)  # chunk 0: 3 tokens, "a" twice
     assert float(scores[0]) == pytest.approx(math.log(2.0) * 2 * 1.9 / (2 + norm), rel=1e-6)
     assert float(scores[1]) == 0.0
+
+
+def test_ceiling_bounds_every_score_on_the_terms() -> None:
+    terms, idf = {"a": 1.0, "b": 0.5, "gone": 1.0}, {"a": 2.0, "b": 1.0}
+    top = bm25.ceiling(terms, idf, 1.2)
+    assert top == pytest.approx(2.2 * (2.0 + 0.5))  # a term without idf counts 0
+    for tf in (1.0, 5.0, 1e6):
+        norm = bm25.length_norm(10, 10.0, 1.2, 0.75)
+        score = sum(bm25.term_score(idf[t], terms[t], tf, norm, 1.2) for t in ("a", "b"))
+        assert score < top
+    assert score == pytest.approx(top, rel=1e-5)  # saturated: approaches it

@@ -270,7 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="directory with corpus.jsonl, queries.jsonl, qrels/<split>.tsv",
     )
     eval_index(ev, "index directory (default: a cache keyed by corpus and ingest settings)")
-    ev.add_argument("--config", help="YAML config file (sections of EngineConfig)")
+    ev.add_argument(
+        "--config",
+        help="YAML config file (sections of EngineConfig); alone, it is evaluated as written "
+        "(row 'config'); with --preset or --ablate, each row keeps its own fusion, router, "
+        "expand and rerank and takes the other sections from the file",
+    )
     ev.add_argument(
         "--preset",
         action="append",

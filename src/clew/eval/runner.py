@@ -409,6 +409,10 @@ def variant(name: str, models: Mapping[str, str] | None = None) -> EngineConfig:
     return preset_config(name)
 
 
+CONFIG_ROW = "config"
+"""The row of ``clew eval --config FILE`` given without ``--preset`` or ``--ablate``."""
+
+
 def configs_for(
     presets: Sequence[str],
     ablate: bool,
@@ -416,8 +420,13 @@ def configs_for(
     models: Mapping[str, str] | None = None,
 ) -> list[tuple[str, EngineConfig]]:
     """The configurations to run: the named presets, or the ablation series (each leg alone,
-    hybrid, the default, then +expand and each reranker)."""
+    hybrid, the default, then +expand and each reranker). With ``base`` (``--config``) and
+    neither, the one row ``config``: ``base`` as written, its fusion and router included. With
+    presets or the ablation, each row keeps its own retrieval sections (fusion, router,
+    expand, rerank) and takes the rest (ingest, graph, answer …) from ``base``."""
     models = models or {}
+    if base is not None and not presets and not ablate:
+        return [(CONFIG_ROW, base)]
     names = list(ABLATIONS) + list(EXTRAS) if ablate else (list(presets) or ["default"])
     if ablate:  # the feature reranker's shipped weights when none are given
         names += ["+rerank-features"] + (["+rerank-ce"] if "cross-encoder" in models else [])

@@ -21,6 +21,7 @@ query term's weight.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import numpy.typing as npt
@@ -70,3 +71,10 @@ def term_scores(idf: float, weight: float, tf: Floats, norm: Floats, k1: float) 
     then multiplies the ``float32`` saturations."""
     out: Floats = np.float32(idf * weight) * saturations(tf, norm, k1)
     return out
+
+
+def ceiling(terms: Mapping[str, float], idf: Mapping[str, float], k1: float) -> float:
+    """The highest score a chunk could reach on ``terms`` (each saturated at ``k1 + 1``):
+    ``Σ w(t) · idf(t) · (k1 + 1)``, a term without idf counting 0. The lexical leg's top score
+    over it is how much of the query that hit covers."""
+    return sum(w * idf.get(t, 0.0) * (k1 + 1.0) for t, w in terms.items())

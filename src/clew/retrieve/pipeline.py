@@ -133,9 +133,15 @@ def retrieve(
     if "graph" in chosen.legs and not walk_after:
         pooled["graph"] = lambda: snap.graph(query, where, cfg.graph, linked, scoped)
     lists = _run_legs(services.pool, pooled, inline, timings)
+
+    @cache
+    def query_idf() -> dict[str, float]:
+        """The query terms' idf in the caller's scope, looked up once and only if needed."""
+        return snap.idf(list(tokens), scoped)
+
     if adaptive(chosen, cfg.router):
         t = time.perf_counter()
-        chosen = weigh(chosen, lists, tokens, snap.idf(list(tokens), scoped), cfg)
+        chosen = weigh(chosen, lists, tokens, query_idf(), cfg)
         timings["weigh"] = elapsed_ms(t)
 
     plan = _plan(chosen.legs, cfg, walk_after, len(linked))
@@ -172,7 +178,7 @@ def retrieve(
     asked = query_identifiers(query) if cfg.fusion.title_identifier > 0 else frozenset()
     if fused and asked:
         t = time.perf_counter()
-        share = identifier_share(tokens, snap.idf(list(tokens), scoped), asked)
+        share = identifier_share(tokens, query_idf(), asked)
         part = cfg.fusion.title_identifier * cfg.fusion.top_part() * share
         fused = title_identifiers(fused, snap.rows, asked, part, TITLE_IDENTIFIER_DEPTH)
         timings["identifiers"] = elapsed_ms(t)

@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from clew.config import EngineConfig, FusionConfig, RouterConfig
+from clew.index.bm25 import ceiling
 from clew.ingest.concepts import find_identifiers
 from clew.retrieve.adaptive import dense_share, load_router, reasons
 from clew.retrieve.signals import signals
@@ -126,8 +127,7 @@ def weigh(
 ) -> Route:
     """The route with its lexical and dense weights set by the router model."""
     model = load_router(cfg.router.model)
-    k1 = cfg.lexical.k1
-    max_lexical = sum(w * idf.get(t, 0.0) * (k1 + 1.0) for t, w in terms.items())
+    max_lexical = ceiling(terms, idf, cfg.lexical.k1)
     values = signals(
         lists,
         {"lexical": cfg.lexical.depth, "dense": cfg.dense.depth},
