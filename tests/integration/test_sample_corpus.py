@@ -45,7 +45,7 @@ def test_the_plan_seeds_the_walk_with_the_text_legs(sample_engine: Engine) -> No
     assert result.route.to_dict()["plan"][2]["step"] == "graph.ppr"  # type: ignore[index]
     titles = steps["graph.titles"]  # the top hit's title links, read after fusion
     assert titles.after == ("lexical", "dense", "graph.ppr")
-    assert titles.params == {"sources": 1, "links": 1, "rank": 3}
+    assert titles.params == {"sources": 1, "links": 1, "rank": 3, "shown": 0}
     plain = sample_engine.search("customer was billed twice", k=5)
     assert "graph.ppr" not in {s.step for s in plain.route.plan}  # no concept: no walk
 

@@ -143,3 +143,29 @@ def test_config_checks() -> None:
         GraphConfig(title_rank=1)
     with pytest.raises(ConfigError, match=r"graph\.title_links=11"):
         GraphConfig(title_links=11)
+
+
+def test_a_document_already_shown_gives_way_to_the_next_one_named() -> None:
+    # the top hit also names "Cape Fear" (once, so "Maximum Overdrive", named twice, is its
+    # first choice); the overdrive document already stands fifth
+    chunks = [*CHUNKS, (10, "capefear", 0), (11, "other-4", 0)]
+    concepts = [*CONCEPTS, (4, "cape fear", "Cape Fear", "entity")]
+    mentions = [*MENTIONS, (0, 4, 1), (10, 4, 1)]
+    titles = [*TITLES, ("capefear", "Cape Fear"), ("other-4", "Other four")]
+    g = GraphIndex.build(GraphRows(concepts, mentions, chunks, [], titles), len(chunks), release=1)
+    head = [
+        Fused(o, 1.0 - 0.1 * i, (Contribution("lexical", i + 1, 5.0 - i, 1.0 - 0.1 * i),), None)
+        for i, o in enumerate([0, 1, 2, 3, 4, 11])
+    ]
+    everything = np.ones(len(chunks), dtype=bool)
+
+    def order(shown: int) -> list[int]:
+        cfg = GraphConfig(title_shown=shown)
+        return [f.ordinal for f in title_links(head, g, lambda: everything, cfg, ids)[0]]
+
+    assert order(6) == [0, 1, 10, 2, 3, 4, 11]  # overdrive is shown: Cape Fear joins
+    assert order(5) == [0, 1, 10, 2, 3, 4, 11]
+    assert order(4) == [0, 1, 4, 2, 3, 11]  # fifth is past the shown hits: moved up
+    assert order(0) == order(4)  # 0: only the hits ahead of title_rank are passed over
+    with pytest.raises(ConfigError, match=r"graph\.title_shown=101"):
+        GraphConfig(title_shown=101)

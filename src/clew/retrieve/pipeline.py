@@ -306,7 +306,12 @@ def _plan(
             steps.append(PlanStep("graph.walk", params=params))
         if g.title_links > 0 and g.title_sources > 0:
             fused = tuple(s.step for s in steps)
-            params = {"sources": g.title_sources, "links": g.title_links, "rank": g.title_rank}
+            params = {
+                "sources": g.title_sources,
+                "links": g.title_links,
+                "rank": g.title_rank,
+                "shown": g.title_shown,
+            }
             steps.append(PlanStep("graph.titles", after=fused, params=params))
     return tuple(steps)
 

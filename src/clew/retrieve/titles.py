@@ -7,7 +7,9 @@ names it. So after fusion (and expansion), for each of the top ``graph.title_sou
 the concepts its chunk mentions that are another document's title
 (:func:`clew.index.graph.title_keys`, :attr:`GraphIndex.about`) lead to that document: its
 first allowed chunk joins the hits at rank ``graph.title_rank`` (the hits ahead keep their
-places, the rest move down one), ``graph.title_links`` per source at most.
+places, the rest move down one), ``graph.title_links`` per source at most. A document already
+among the top ``graph.title_shown`` hits is shown already and passed over, so the source's next
+named document joins instead.
 
 Only chunks the caller may see are sources or targets, and a concept that titles more than
 :data:`~clew.index.graph.TITLE_MAX_DOCS` *allowed* documents (a generic title) leads nowhere,
@@ -72,7 +74,8 @@ def title_links(
     layout = graph.layout()
     size = min(col.shape[1], len(allowed))
     position = {f.ordinal: i for i, f in enumerate(out)}
-    ahead = {graph.chunk_doc.get(f.ordinal) for f in out[:keep]}
+    shown = max(keep, config.title_shown)
+    ahead = {graph.chunk_doc.get(f.ordinal) for f in out[:shown]}
 
     def first_allowed(doc: str) -> int | None:
         return next((o for o in layout.doc_chunks.get(doc, ()) if o < size and allowed[o]), None)
