@@ -11,6 +11,7 @@ import pytest
 from clew.config import EngineConfig
 from clew.errors import ConfigError
 from clew.eval.routes import ROUTES, candidate_configs, oracle_records, route_report, share_of
+from clew.index.bm25 import ceiling
 from clew.retrieve.adaptive import (
     SHIPPED,
     RouterModel,
@@ -124,6 +125,30 @@ def test_weigh_resets_lexical_and_dense_and_keeps_graph(tmp_path: Path) -> None:
     assert not adaptive(route("billing", 1, off.fusion, off.router), off.router)
     lexical_only = cfg.with_overrides(fusion={"dense_weight": 0.0})
     assert not adaptive(route("billing", 1, lexical_only.fusion, lexical_only.router), cfg.router)
+
+
+def test_a_lexical_list_that_covers_a_sliver_of_the_query_weighs_less(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(model().to_json(), encoding="utf-8")  # share 0.5 whatever the lists
+    cfg = EngineConfig().with_overrides(router={"model": str(path), "lexical_floor": 0.2})
+    chosen = route("pause billing without ending the plan", 1, cfg.fusion, cfg.router)
+    dense = hits([0.9, 0.5, 0.4], start=20)
+    terms = {"pause": 1.0, "billing": 1.0, "plan": 1.0}
+    idf = {"pause": 3.0, "billing": 3.0, "plan": 1.0}
+    top = ceiling(terms, idf, cfg.lexical.k1)
+    sliver = {"lexical": hits([0.05 * top, 0.04 * top]), "dense": dense}
+    thin = weigh(chosen, sliver, terms, idf, cfg)
+    assert thin.signals["lexical_cover"] == pytest.approx(0.05, abs=1e-3)
+    assert thin.legs["lexical"] == pytest.approx(1.0 * 0.05 / 0.2, abs=1e-3)
+    assert thin.legs["dense"] == pytest.approx(1.0)
+    assert "lexical x0.25: its top hit covers 5% of the query" in thin.reason
+    full = weigh(chosen, {"lexical": hits([0.6 * top, 0.5 * top]), "dense": dense}, terms, idf, cfg)
+    assert full.legs["lexical"] == pytest.approx(1.0) and "covers" not in full.reason
+    off = cfg.with_overrides(router={"lexical_floor": 0.0})
+    kept = weigh(chosen, {"lexical": hits([0.05 * top]), "dense": dense}, terms, idf, off)
+    assert kept.legs["lexical"] == pytest.approx(1.0)
+    with pytest.raises(ConfigError, match=r"router.lexical_floor.*0.0..1.0"):
+        cfg.with_overrides(router={"lexical_floor": 1.5})
 
 
 def _example(dataset: str, x: float, wins: str) -> Example:

@@ -125,7 +125,9 @@ def weigh(
     idf: Mapping[str, float],
     cfg: EngineConfig,
 ) -> Route:
-    """The route with its lexical and dense weights set by the router model."""
+    """The route with its lexical and dense weights set by the router model; a lexical list
+    whose top hit covers less than ``router.lexical_floor`` of the query's BM25 ceiling then
+    weighs ``cover / floor`` of the model's lexical weight (the reason says so)."""
     model = load_router(cfg.router.model)
     max_lexical = ceiling(terms, idf, cfg.lexical.k1)
     values = signals(
@@ -139,6 +141,12 @@ def weigh(
     legs = dict(chosen.legs)
     lexical = round(cfg.fusion.lexical_weight * 2.0 * (1.0 - share), 6)
     dense = round(cfg.fusion.dense_weight * 2.0 * share, 6)
+    # a lexical top hit that says a sliver of the query is no evidence its list ranks well
+    floor = cfg.router.lexical_floor
+    cover = values.get("lexical_cover", 1.0)
+    thin = floor > 0 and cover < floor and lexical > 0 and bool(lists.get("lexical"))
+    if thin:
+        lexical = round(lexical * cover / floor, 6)
     for leg, w in (("lexical", lexical), ("dense", dense)):
         if w > 0:
             legs[leg] = w
@@ -146,6 +154,8 @@ def weigh(
             legs.pop(leg, None)
     lead, other = ("dense", "lexical") if share >= 0.5 else ("lexical", "dense")
     why = reasons(model, values)
+    if thin:
+        why += f"; lexical x{cover / floor:.2f}: its top hit covers {cover:.0%} of the query"
     reason = f"{lead} {legs.get(lead, 0.0):.2g}, {other} {legs.get(other, 0.0):.2g}"
     return Route(
         legs=legs,
