@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import statistics
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -149,25 +150,66 @@ def test_the_same_memory_from_two_tenants_over_mcp(engine: Engine) -> None:
 def test_a_scoped_admin_cannot_overwrite_another_tenants_document(api: ApiClient) -> None:
     body = {"documents": [{"id": "b-05", "text": "AMBERFOX owns this now."}]}
     r = api("POST", "/documents?wait=true", "a-admin", json=body)
-    assert r.status_code == 409, r.text
-    assert r.json()["detail"] == "document id 'b-05' cannot be written with this key"
+    assert r.status_code == 200, r.text
+    assert r.json()["documents"] == [{"id": "tenant=a/b-05", "status": "added", "error": None}]
     assert "BLUEHERON" not in r.text and "tenant b" not in r.text
     own = api("GET", "/documents/b-05", "b")
     assert own.status_code == 200 and own.json()["metadata"] == {"tenant": "b"}
     assert "BLUEHERON" in own.json()["text"]
-    # nor delete it: outside its scope, the document reads as missing
+    # what a-admin now reads as b-05 is its own document, in its namespace
+    mine = api("GET", "/documents/b-05", "a-admin").json()
+    assert mine["id"] == "tenant=a/b-05" and mine["metadata"] == {"tenant": "a"}
+    assert api("GET", "/documents/b-05", "a").json()["id"] == "tenant=a/b-05"
+    # nor delete it: the delete reaches a-admin's own b-05, then nothing
+    r = api("DELETE", "/documents/b-05", "a-admin")
+    assert r.status_code == 200 and r.json()["deleted"] == "tenant=a/b-05", r.text
     r = api("DELETE", "/documents/b-05", "a-admin")
     assert r.status_code == 404 and r.json()["detail"] == "no document 'b-05'"
     assert api("GET", "/documents/b-05", "b").status_code == 200
-    # the batch is refused whole: nothing of it was written
-    both = {"documents": [{"id": "a-new", "text": "x"}, {"id": "b-01", "text": "y"}]}
-    assert api("POST", "/documents?wait=true", "a-admin", json=both).status_code == 409
-    assert api("GET", "/documents/a-new", "admin").status_code == 404
     # inside its scope it writes and overwrites, stamped with its scope
-    mine = {"documents": [{"id": "a-05", "text": "AMBERFOX page five, rewritten."}]}
-    r = api("POST", "/documents?wait=true", "a-admin", json=mine)
+    mine_body = {"documents": [{"id": "a-05", "text": "AMBERFOX page five, rewritten."}]}
+    r = api("POST", "/documents?wait=true", "a-admin", json=mine_body)
     assert r.status_code == 200 and r.json()["documents"][0]["status"] == "updated", r.text
+    assert r.json()["documents"][0]["id"] == "a-05"  # an id it can see is updated in place
     assert api("GET", "/documents/a-05", "a").json()["metadata"] == {"tenant": "a"}
+
+
+def test_a_scoped_write_does_not_say_whether_another_tenant_holds_the_id(api: ApiClient) -> None:
+    """Taken by tenant b or free, a scoped admin's write of an id answers the same: the document
+    lands in the key's namespace either way (before, a taken id was a 409, an oracle)."""
+
+    def write(doc_id: str) -> dict[str, Any]:
+        body = {"documents": [{"id": doc_id, "text": f"AMBERFOX note {doc_id}."}]}
+        r = api("POST", "/documents?wait=true", "a-admin", json=body)
+        assert r.status_code == 200, r.text
+        out: dict[str, Any] = r.json()
+        return out
+
+    taken, free = write("b-01"), write("zz-01")
+    assert taken["documents"] == [{"id": "tenant=a/b-01", "status": "added", "error": None}]
+    assert free["documents"] == [{"id": "tenant=a/zz-01", "status": "added", "error": None}]
+    assert set(taken) == set(free) and taken["state"] == free["state"] == "done"
+    assert api("GET", "/documents/b-01", "b").json()["metadata"] == {"tenant": "b"}
+    # both found by id and by search within tenant a; tenant b sees neither
+    for doc_id in ("b-01", "zz-01", "tenant=a/b-01"):
+        assert api("GET", f"/documents/{doc_id}", "a").status_code == 200
+    hits = api("POST", "/search", "a", json={"query": "AMBERFOX note", "k": 20}).json()["hits"]
+    assert {"tenant=a/b-01", "tenant=a/zz-01"} <= {h["doc_id"] for h in hits}
+    assert api("GET", "/documents/zz-01", "b").status_code == 404
+    assert api("GET", "/documents/tenant=a/b-01", "b").status_code == 404
+    # a batch naming one document twice (by its id and by its namespaced id) is refused whole
+    twice = {"documents": [{"id": "c-1", "text": "x"}, {"id": "tenant=a/c-1", "text": "y"}]}
+    r = api("POST", "/documents?wait=true", "a-admin", json=twice)
+    assert r.status_code == 422 and "names the same document as documents[0]" in r.text, r.text
+    assert api("GET", "/documents/c-1", "a").status_code == 404
+    # an unscoped admin may still put another tenant's document in a's namespace: that one
+    # write is refused (409, nothing of it echoed); no tenant can make such an id
+    planted = {"id": "tenant=a/x-9", "text": "BLUEHERON", "metadata": {"tenant": "b"}}
+    api("POST", "/documents?wait=true", "admin", json={"documents": [planted]})
+    r = api(
+        "POST", "/documents?wait=true", "a-admin", json={"documents": [{"id": "x-9", "text": "y"}]}
+    )
+    assert r.status_code == 409 and "BLUEHERON" not in r.text, r.text
 
 
 def test_a_scoped_admins_documents_must_pass_its_scope(api: ApiClient, keys_file: Path) -> None:
@@ -197,7 +239,10 @@ def test_a_scoped_admins_documents_must_pass_its_scope(api: ApiClient, keys_file
         "POST", "/documents?wait=true", narrow, json={"documents": [{"id": "x-4", "text": "x"}]}
     )
     assert r.status_code == 200, r.text
-    assert api("GET", "/documents/x-4", "a").json()["metadata"] == {"tenant": "a"}
+    landed = r.json()["documents"][0]["id"]  # its scope says more than tenant a: its own namespace
+    assert landed.startswith("tenant=a~") and landed.endswith("/x-4"), landed
+    assert api("GET", f"/documents/{landed}", "a").json()["metadata"] == {"tenant": "a"}
+    assert api("GET", "/documents/x-4", narrow).json()["id"] == landed
     for doc_id in ("x-1", "x-2", "x-3"):
         assert api("GET", f"/documents/{doc_id}", "admin").status_code == 404
 
@@ -438,7 +483,8 @@ def test_hidden_and_missing_documents_do_the_same_work(
             r = api("GET", f"/documents/{doc_id}", "a")
             assert r.status_code == 404 and r.json() == {"detail": f"no document {doc_id!r}"}
             work[doc_id] = list(calls)
-        assert work["b-01"] == work["b-01-nope"] == ["fetch", "visible"]
+        # the id as given, then the id in the key's namespace (neither is a's)
+        assert work["b-01"] == work["b-01-nope"] == ["fetch", "visible"] * 2
 
     # timing: medians of alternating requests (reported; constant time is not promised)
     times: dict[str, list[float]] = {"hidden": [], "missing": []}
@@ -498,3 +544,38 @@ def test_the_first_read_of_a_new_release_runs_alone() -> None:
     most[0] = 0
     burst()
     assert most[0] == 3
+
+
+def test_memory_relations_name_documents_as_the_key_does(api: ApiClient, engine: Engine) -> None:
+    """A scoped key names its own documents by the ids it wrote them under, in relations too;
+    another tenant's document of that id is not a target (404, as if missing)."""
+    body = {"documents": [{"id": "runbook", "text": "AMBERFOX runbook for the vault."}]}
+    assert api("POST", "/documents?wait=true", "a-admin", json=body).status_code == 200
+    memo = {"text": "The vault runbook was followed.", "relations": []}
+    memo["relations"] = [{"type": "follows", "target": "runbook"}]
+    r = api("POST", "/memories", "a", json=memo)
+    assert r.status_code == 201, r.text
+    assert _links(engine, r.json()["id"]) == ["follows::tenant=a/runbook"]
+    memo["relations"] = [{"type": "follows", "target": "b-01"}]
+    r = api("POST", "/memories", "a", json=memo)
+    assert r.status_code == 404 and r.json()["detail"] == "no document 'b-01'", r.text
+    server = build_server(engine, A)
+    made = mcp_call(
+        server,
+        "remember",
+        text="The runbook again.",
+        relations=[{"type": "follows", "target": "runbook"}],
+    )
+    assert _links(engine, made["id"]) == ["follows::tenant=a/runbook"]
+    assert "target 'b-01' is not in the index" in mcp_error(
+        server, "remember", text="x", relations=[{"type": "follows", "target": "b-01"}]
+    )
+
+
+def _links(engine: Engine, doc_id: str) -> list[str]:
+    conn = sqlite3.connect(engine.directory / "clew.sqlite")
+    try:
+        rows = conn.execute("SELECT target FROM links WHERE doc_id = ?", (doc_id,)).fetchall()
+    finally:
+        conn.close()
+    return sorted(r[0] for r in rows)

@@ -47,7 +47,7 @@ from clew.errors import (
 )
 from clew.eval.gate import check_gates, load_gates
 from clew.memory import RESERVED_KEYS
-from clew.serve.auth import ANONYMOUS, KeyStore, Principal, WriteRefused
+from clew.serve.auth import ANONYMOUS, KeyStore, Principal, WriteRefused, own_id
 from clew.serve.body import BodyLimit
 from clew.serve.docs import install_docs
 from clew.serve.dto import (
@@ -564,10 +564,14 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
                 )
         stamp = caller.stamp()
         access = state.access_fields()
+        namespace = caller.namespace()
 
         def build() -> list[Document]:
-            """The documents to write (front matter read), checked against the caller's rights."""
+            """The documents to write (front matter read), checked against the caller's rights,
+            each under the id it lands on (:func:`own_id`: a scoped key's new documents live in
+            its namespace)."""
             out = []
+            landed: dict[str, int] = {}
             for i, d in enumerate(body.documents):
                 try:
                     doc = uploaded_document(
@@ -592,6 +596,14 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
                     caller.check_visible(doc.metadata)
                 except WriteRefused as exc:
                     raise HTTPException(403, f"document {d.id!r}: {exc}") from None
+                doc = replace(doc, doc_id=own_id(engine, d.id, caller.scope, namespace))
+                if doc.doc_id in landed:
+                    raise _invalid(
+                        ("body", "documents", i, "id"),
+                        f"id {d.id!r} names the same document as documents[{landed[doc.doc_id]}] "
+                        f"({doc.doc_id!r}); allowed: one entry per document in a batch",
+                    )
+                landed[doc.doc_id] = i
                 out.append(doc)
             return out
 
@@ -629,11 +641,18 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
         stamp = _may_write_memories(caller)
         scope = caller.scope
         access = state.access_fields()
+        namespace = caller.namespace()
+
+        def mine(target: str) -> str:
+            return own_id(engine, target, scope, namespace)
 
         def write() -> str:
             from clew.memory import memory_document
 
-            relations = [(r.type, r.target) for r in body.relations]
+            relations = [
+                (r.type, r.target if r.target.startswith("concept:") else mine(r.target))
+                for r in body.relations
+            ]
             try:
                 doc = memory_document(
                     body.text,
@@ -651,12 +670,12 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
                     caller.check_visible(doc.metadata, "memory")
                 except WriteRefused as exc:
                     raise _refused(exc) from None
-                for _, target in relations:
+                for (_, target), given in zip(relations, body.relations, strict=True):
                     if (
                         not target.startswith("concept:")
                         and engine.document(target, scope=scope) is None
                     ):
-                        raise HTTPException(404, f"no document {target!r}")
+                        raise HTTPException(404, f"no document {given.target!r}")
                 if foreign_ids(engine, [doc.doc_id], scope):
                     raise HTTPException(409, FOREIGN_ID.format(doc_id=doc.doc_id))
             try:
@@ -753,28 +772,40 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
     async def similar(
         doc_id: str, caller: Caller, k: Annotated[int, Query(ge=1, le=100)] = 5
     ) -> Any:
+        def run() -> list[Any]:
+            target = own_id(engine, doc_id, caller.scope, caller.namespace())
+            return engine.similar(target, k=k, scope=caller.scope)
+
         try:
-            found = await state.call(
-                lambda: engine.similar(doc_id, k=k, scope=caller.scope), retrieval=True
-            )
+            found = await state.call(run, retrieval=True)
         except StoreError:
             raise HTTPException(404, f"no document {doc_id!r}") from None
         return {"doc_id": doc_id, "similar": [s.to_dict() for s in found]}
 
     @app.get("/documents/{doc_id:path}", tags=["documents"])
     async def get_document(doc_id: str, caller: Caller) -> dict[str, Any]:
-        doc = await state.call(lambda: engine.document(doc_id, scope=caller.scope))
-        if doc is None:
+        def read() -> dict[str, Any] | None:
+            target = own_id(engine, doc_id, caller.scope, caller.namespace())
+            doc = engine.document(target, scope=caller.scope)
+            return None if doc is None else doc.to_dict()
+
+        found = await state.call(read)
+        if found is None:
             raise HTTPException(404, f"no document {doc_id!r}")
-        return doc.to_dict()
+        return found
 
     @app.delete("/documents/{doc_id:path}", tags=["documents"], response_model=DeleteResponse)
     async def delete_document(doc_id: str, caller: Admin) -> Any:
-        if await state.call(lambda: engine.document(doc_id, scope=caller.scope)) is None:
+        def found() -> str | None:
+            target = own_id(engine, doc_id, caller.scope, caller.namespace())
+            return target if engine.document(target, scope=caller.scope) is not None else None
+
+        target = await state.call(found)
+        if target is None:
             raise HTTPException(404, f"no document {doc_id!r}")
-        release = await state.call(lambda: engine.delete(doc_id), read=False)
-        log.info("deleted %r (release %d) by %s", doc_id, release, caller.name)
-        return {"deleted": doc_id, "release": release}
+        release = await state.call(lambda: engine.delete(target), read=False)
+        log.info("deleted %r (release %d) by %s", target, release, caller.name)
+        return {"deleted": target, "release": release}
 
     @app.get("/traces/{trace_id}", tags=["traces"])
     async def trace(trace_id: str, caller: Caller) -> dict[str, Any]:

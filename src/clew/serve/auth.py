@@ -20,9 +20,14 @@ Rights:
 - **Writing documents** needs ``admin: true``. **Writing memories** needs admin rights or a
   scope with equality fields (its *stamp*).
 - **A scoped key writes only inside its scope**, admin or not: its stamp (the equality fields
-  of its scope) is written last over user metadata, the written document must pass the scope
-  (else 403 naming the field), and an id that already belongs to a document the scope hides
-  cannot be written (409, without a word about that document).
+  of its scope) is written last over user metadata, and the written document must pass the
+  scope (else 403 naming the field).
+- **Each scope has its own id namespace** (:meth:`Principal.namespace`, :func:`own_id`): an id
+  a scoped key writes, reads, relates to or deletes names the document of that id it can see,
+  else the one in its namespace (``tenant=acme/`` + the id). Ids are never shared across
+  scopes, so no answer says whether another tenant holds an id. (Only an unscoped admin can put
+  a document into a namespace; a scoped write that would overwrite one its scope hides is still
+  refused, 409, without a word about that document.)
 - **Access fields** are the metadata fields named in any configured key's scope
   (:meth:`KeyStore.access_fields`). A scoped writer may set an access field only to the value
   its scope pins (the stamp); any other access field in what it writes is refused (403), so a
@@ -47,12 +52,16 @@ import tempfile
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import yaml
 
 from clew.errors import ConfigError, FilterError
 from clew.filters import fields_of, matches, parse_filter, to_json
+
+if TYPE_CHECKING:
+    from clew.engine import Engine
 
 __all__ = [
     "ANONYMOUS",
@@ -61,6 +70,7 @@ __all__ = [
     "WriteRefused",
     "hash_key",
     "new_key",
+    "own_id",
     "scope_fields",
 ]
 
@@ -75,6 +85,19 @@ def new_key() -> str:
 
 def hash_key(key: str) -> str:
     return _HASH_PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def own_id(engine: Engine, doc_id: str, scope: Any, namespace: str) -> str:
+    """The document ``doc_id`` names for a caller with this scope and namespace
+    (:meth:`clew.serve.auth.Principal.namespace`): the id itself when unscoped, when it is in
+    the namespace already, or when a document of that id is one the scope lets through; else
+    the id in the namespace. A scoped write lands there and a scoped read looks there, so
+    neither depends on whether a document the scope hides holds the id."""
+    if not namespace or doc_id.startswith(namespace):
+        return doc_id
+    if engine.document(doc_id, scope=scope) is not None:
+        return doc_id
+    return namespace + doc_id
 
 
 def scope_fields(scope: Any) -> set[str]:
@@ -164,6 +187,26 @@ class Principal:
             return self.scope
         return {"and": [self.scope, asked]}
 
+    def namespace(self) -> str:
+        """Where the documents this principal creates live: ``""`` unscoped, else its stamp as
+        ``field=value`` pairs (sorted by field, percent-encoded, joined by ``,``), then, when its
+        scope says more than those equality fields, ``~`` and 12 hex digits of the scope's
+        digest, then ``/``: ``tenant=acme/``, ``tenant=acme~1f0c…/``, ``~9b2e…/``. Two keys
+        share a namespace only when they have the same scope (so the same view), and no id
+        another scope writes can fall in it: a scoped write never meets a document it
+        cannot see, and no error it gets says whether another tenant holds an id."""
+        if self.scope is None:
+            return ""
+        stamp = self.stamp()
+        pairs = ",".join(f"{_part(str(k))}={_part(_scalar(v))}" for k, v in sorted(stamp.items()))
+        if _only_equalities(self.scope):
+            return pairs + "/"
+        canonical = json.dumps(
+            self.scope, sort_keys=True, ensure_ascii=False, separators=(",", ":")
+        )
+        digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
+        return f"{pairs}~{digest}/"
+
     def stamp(self) -> dict[str, Any]:
         """Metadata that makes a document this principal writes visible to it again: the
         equality fields of its scope (``{"tenant": "acme"}`` → ``tenant: acme``)."""
@@ -200,6 +243,41 @@ def failing_field(metadata: Mapping[str, Any], scope: Any) -> str:
             continue
         return sorted(scope_fields(part))[0]
     return sorted(scope_fields(scope) or {"?"})[0]
+
+
+def _scalar(value: Any) -> str:
+    """A stamp value as a namespace writes it: a string as it is, anything else as JSON (such a
+    scope's namespace carries the digest too, so ``3`` and ``"3"`` differ)."""
+    return (
+        value[0]
+        if isinstance(value, list)
+        else value
+        if isinstance(value, str)
+        else json.dumps(value)
+    )
+
+
+def _part(text: str) -> str:
+    """Percent-encoded, ``~`` included (it marks the digest)."""
+    return quote(text, safe="").replace("~", "%7E")
+
+
+def _only_equalities(scope: Mapping[str, Any]) -> bool:
+    """Whether a normalized scope is nothing but its stamp: field = one string, AND-ed."""
+    parts = scope["and"] if set(scope) == {"and"} else [scope]
+    seen: set[str] = set()
+    for part in parts:
+        if not isinstance(part, Mapping) or not part:
+            return False
+        for key, value in part.items():
+            if key in ("and", "or", "not") or key in seen:
+                return False
+            seen.add(key)
+            if isinstance(value, list) and len(value) == 1:
+                value = value[0]
+            if not isinstance(value, str):
+                return False
+    return True
 
 
 def _same(a: Any, b: Any) -> bool:

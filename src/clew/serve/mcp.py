@@ -41,9 +41,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from clew.errors import ClewError, StoreError
 from clew.filters import matches
-from clew.links import split_link
+from clew.links import CONCEPT_PREFIX, split_link
 from clew.memory import MAX_MEMORY_CHARS, MEMORY_KIND, memory_document, memory_id
-from clew.serve.auth import ANONYMOUS, KeyStore, Principal, WriteRefused, scope_fields
+from clew.serve.auth import ANONYMOUS, KeyStore, Principal, WriteRefused, own_id, scope_fields
 
 if TYPE_CHECKING:
     from clew.engine import Engine
@@ -76,6 +76,17 @@ def visible(metadata: dict[str, Any], scope: Any) -> bool:
     """Whether a document with this metadata passes ``scope`` (None = everything), with the
     engine's own semantics (a scope field the document lacks matches nothing)."""
     return matches(metadata, scope)
+
+
+def _own_target(engine: Engine, relation: Any, scope: Any, namespace: str) -> Any:
+    """A relation with its document target as this caller names it (:func:`own_id`); anything
+    else as given (:func:`clew.memory.memory_document` says what is wrong with it)."""
+    if not isinstance(relation, dict) or not isinstance(relation.get("target"), str):
+        return relation
+    target = relation["target"]
+    if target.startswith(CONCEPT_PREFIX):
+        return relation
+    return {**relation, "target": own_id(engine, target, scope, namespace)}
 
 
 def _check_may_write(principal: Principal, verb: str) -> None:
@@ -206,15 +217,22 @@ def build_server(
     ) -> dict[str, str]:
         _check_may_write(principal, "store")
         stamp = principal.stamp()
+        namespace = principal.namespace()
 
         def write() -> str:
+            targets = [_own_target(engine, r, scope, namespace) for r in relations or ()]
+            given = {  # the name the caller used for each landed target, for errors
+                t["target"]: r["target"]
+                for t, r in zip(targets, relations or (), strict=True)
+                if isinstance(t, dict) and isinstance(r, dict) and "target" in t
+            }
             doc = memory_document(
                 text,
                 session=session,
                 timestamp=time,
                 metadata=metadata,
                 stamp=stamp,
-                relations=relations or (),
+                relations=targets,
             )
             if scope is not None:  # a scoped writer (admin or not) writes inside its scope
                 try:
@@ -227,7 +245,8 @@ def build_server(
                     if not target.startswith("concept:") and (
                         engine.document(target, scope=scope) is None
                     ):
-                        raise ToolError(f"relation target {target!r} is not in the index")
+                        name = given.get(target, target)
+                        raise ToolError(f"relation target {name!r} is not in the index")
                 found = engine.store.document(doc.doc_id)
                 if found is not None and not visible(found[0]["metadata"], scope):
                     raise ToolError(f"memory id {doc.doc_id!r} cannot be written with this key")
@@ -237,7 +256,7 @@ def build_server(
                 timestamp=doc.metadata["created_at"],  # the checked id ("now" moves on)
                 metadata=metadata,
                 stamp=stamp,
-                relations=relations or (),
+                relations=targets,
             )
 
         return {"id": await _call(write)}
