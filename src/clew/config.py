@@ -64,6 +64,11 @@ class DenseConfig:
     """With HNSW built, a filter that allows at most this many chunks is served by an exact scan
     (no recall loss); a broader filter searches HNSW with the mask inside the walk and a beam
     widened by 1 / allowed share."""
+    scoped_exact: bool = True
+    """A caller's scope (an API key's, a tenant's) is served by an exact scan of the scope's
+    chunks however many it holds, so its dense hits depend on nothing outside the scope (an
+    HNSW walk goes through every tenant's vectors, and which of its own it finds depends on
+    them). False trades that wall for HNSW speed on scopes above ``exact_max_allowed``."""
 
     def __post_init__(self) -> None:
         _check(1 <= self.depth <= 10_000, "dense.depth", self.depth, "1..10000")

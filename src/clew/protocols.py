@@ -177,6 +177,12 @@ class Where(Protocol):
         """Whether it hides anything beyond deleted chunks."""
         ...
 
+    @property
+    def scoped(self) -> bool:
+        """Whether a caller's scope is in it (the dense leg then scans the scope exactly, as
+        ``dense.scoped_exact`` says)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ScopeStats:

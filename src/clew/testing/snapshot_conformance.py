@@ -455,6 +455,10 @@ def check_snapshot_legs(open_engine: OpenEngine) -> None:
             where = fx.where(case)
             base = fx.where(case, filter=False, exclude=False)
             stats = fx.stats(case)
+            assert where.scoped == (case.scope is not None), (
+                f"{fx.name} where [{case.name}]: scoped={where.scoped} (the dense leg scans a "
+                "caller's scope exactly)"
+            )
             for query in SNAPSHOT_QUERIES:
                 at = f"[{case.name}] {query!r}"
                 terms = query_terms(query, cfg.lexical.part_weight)

@@ -35,6 +35,7 @@ class MaskWhere:
 
     mask: Mask
     filtered: bool
+    scoped: bool = False
 
 
 @dataclass(slots=True)
@@ -65,7 +66,7 @@ class EmbeddedSnapshot:
             hidden = [o for doc in exclude_docs for o in chunks.get(doc, ())]
             allowed[[o for o in hidden if o < len(allowed)]] = False
         filtered = filter is not None or scope is not None or bool(exclude_docs)
-        return MaskWhere(allowed, filtered)
+        return MaskWhere(allowed, filtered, scope is not None)
 
     def mask(self, where: Where) -> Mask:
         assert isinstance(where, MaskWhere)
@@ -162,7 +163,8 @@ class EmbeddedSnapshot:
         )
 
     def dense(self, vector: Matrix, where: Where, k: int) -> list[LegHit]:
-        return self.vector_index.search(vector, self.mask(where), k)
+        exact = where.scoped and self.vector_index.config.scoped_exact
+        return self.vector_index.search(vector, self.mask(where), k, exact=exact)
 
     def graph(
         self,

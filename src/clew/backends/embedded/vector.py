@@ -2,7 +2,9 @@
 
 Filter-aware without silent recall loss: when the access mask allows at most
 ``exact_max_allowed`` chunks, the allowed rows are scanned exactly; otherwise HNSW searches with
-the mask as an ID selector inside the graph walk. ``bench/search.py`` measures HNSW recall against
+the mask as an ID selector inside the graph walk. A caller's scope is always scanned exactly
+(``dense.scoped_exact``): the walk passes through every tenant's vectors, so what it finds of
+the scope's would depend on data outside it. ``bench/search.py`` measures HNSW recall against
 exact search, with and without filters.
 """
 
@@ -79,12 +81,15 @@ class VectorIndex:
             self.hnsw.add(np.ascontiguousarray(self.matrix[self._hnsw_rows : upto]))
             self._hnsw_rows = upto
 
-    def search(self, vector: Matrix, allowed: Mask, k: int) -> list[LegHit]:
+    def search(self, vector: Matrix, allowed: Mask, k: int, *, exact: bool = False) -> list[LegHit]:
+        """Top-k allowed rows by inner product (score desc, ordinal asc). ``exact``: scan every
+        allowed row whatever their number (a caller's scope: the hits then depend on no row
+        outside ``allowed``, which an HNSW walk through the other rows cannot promise)."""
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
         ids, rows = self._allowed_rows(allowed)
         if len(ids) == 0:
             return []
-        if self.hnsw is None or len(ids) <= self.config.exact_max_allowed:
+        if exact or self.hnsw is None or len(ids) <= self.config.exact_max_allowed:
             sims = (self.matrix @ q)[ids] if rows is None else rows @ q
             scores = np.zeros(len(self.matrix), dtype=np.float32)
             # cosine can be <= 0; shift into (0, 2] so top_k keeps every allowed row

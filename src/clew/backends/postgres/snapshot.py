@@ -110,6 +110,8 @@ class SqlLegs:
             ef_search=dense.ef_search,
             exact_max_allowed=max(dense.exact_max_allowed, dense.hnsw_min_chunks - 1),
         )
+        self.scoped_exact = dense.scoped_exact
+        """A scoped query scans its scope exactly (``dense.scoped_exact``)."""
         self.graph = graph
         """The engine's :class:`~clew.backends.postgres.graph.PgGraph` (shared across snapshots: its
         in-memory graph is keyed by the graph state, not the release)."""
@@ -349,6 +351,7 @@ class SqlWhere:
     key: str
     sql: Any
     filtered: bool
+    scoped: bool = False
 
 
 @dataclass(slots=True)
@@ -402,7 +405,8 @@ class PgSnapshot:
         self.sql.check_fields(filter, scope)
         key = json.dumps([filter_key(filter), filter_key(scope), sorted(exclude_docs)])
         filtered = filter is not None or scope is not None or bool(exclude_docs)
-        return SqlWhere(key, self.sql.where(filter, scope, exclude_docs), filtered)
+        sql_where = self.sql.where(filter, scope, exclude_docs)
+        return SqlWhere(key, sql_where, filtered, scope is not None)
 
     def mask(self, where: Where) -> Mask:
         assert isinstance(where, SqlWhere)
@@ -468,7 +472,8 @@ class PgSnapshot:
 
     def dense(self, vector: Matrix, where: Where, k: int) -> list[LegHit]:
         assert isinstance(where, SqlWhere)
-        return self._in_release(self.sql.vector.search(vector, where.sql, k))
+        exact = True if where.scoped and self.sql.scoped_exact else None
+        return self._in_release(self.sql.vector.search(vector, where.sql, k, exact=exact))
 
     def graph(
         self,
