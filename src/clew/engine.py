@@ -620,11 +620,11 @@ class Engine:
 
     def remember(self, text: str, *, scope: Any = None, **kw: Any) -> str:
         """Store a memory (a small document with ``kind: memory``, a session and a time) and
-        return its id. Keywords: ``session``, ``timestamp``, ``metadata``, ``stamp`` and
-        ``relations`` as :func:`clew.memory.memory_document` takes them; ``relations`` become
-        typed graph edges. ``scope``: the writer's access filter: relation targets must be
-        visible in it (a target outside it is "not in the index", as a missing one) and entity
-        resolution sees only concepts inside it (default: the ``stamp``)."""
+        return its id. Keywords: ``session``, ``timestamp``, ``metadata``, ``stamp``,
+        ``relations`` and ``namespace`` as :func:`clew.memory.memory_document` takes them;
+        ``relations`` become typed graph edges. ``scope``: the writer's access filter: relation
+        targets must be visible in it (a target outside it is "not in the index", as a missing
+        one) and entity resolution sees only concepts inside it (default: the ``stamp``)."""
         doc = memory_document(text, **kw)
         stamp = kw.get("stamp")
         if scope is None and stamp:

@@ -61,8 +61,13 @@ def memory_document(
     metadata: Any = None,
     stamp: Any = None,
     relations: Any = (),
+    namespace: str = "",
 ) -> Document:
-    """Validate the arguments of :func:`remember` and build the memory's :class:`Document`."""
+    """Validate the arguments of :func:`remember` and build the memory's :class:`Document`.
+
+    The id is a hash of the session, time and text, and of the writer's ``stamp``; a writer
+    whose scope stamps nothing gives its id ``namespace`` (``Principal.namespace``) instead, so
+    that writers in different scopes never share a memory id, stamp or not."""
     body = _text(text)
     links = tuple(relation_link(rel, target) for rel, target in _relations(relations))
     sess = _session(session)
@@ -72,6 +77,8 @@ def memory_document(
     identity = f"{sess or ''}|{created_at}|{body}"
     if stamped:  # the writer's scope is part of the identity: tenants never collide
         identity = json.dumps(stamped, sort_keys=True, ensure_ascii=False) + "|" + identity
+    elif namespace:
+        identity = f"{namespace}|{identity}"
     digest = hashlib.sha256(identity.encode()).hexdigest()
     first_line = body.strip().splitlines()[0].strip()
     return Document(

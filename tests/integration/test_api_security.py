@@ -144,6 +144,31 @@ def test_the_same_memory_from_two_tenants_over_mcp(engine: Engine) -> None:
     assert [h["doc_id"] for h in recalled["hits"]] == [theirs]
 
 
+def test_a_writer_whose_scope_stamps_nothing_has_its_own_memory_ids(
+    api: ApiClient, keys_file: Path
+) -> None:
+    """A scoped admin whose scope pins no field (nothing to stamp) gets memory ids of its own
+    namespace: the same memory an unscoped admin planted where it cannot see is no 409 (which
+    would say that memory exists), and two such writers never share an id."""
+    planted = {**ROTATE, "metadata": {"tenant": "b"}}
+    r = api("POST", "/memories", "admin", json=planted)
+    assert r.status_code == 201, r.text
+    theirs = r.json()["id"]
+    not_b, _ = KeyStore.add(keys_file, "not-b", admin=True, scope={"not": {"tenant": "b"}})
+    not_c, _ = KeyStore.add(keys_file, "not-c", admin=True, scope={"not": {"tenant": "c"}})
+    os.utime(keys_file, (0, keys_file.stat().st_mtime + 5))
+    ids = {}
+    for key in (not_b, not_c):
+        r = api("POST", "/memories", key, json=ROTATE)
+        assert r.status_code == 201, r.text
+        ids[key] = r.json()["id"]
+        assert api("GET", f"/documents/{ids[key]}", key).status_code == 200
+    assert len({theirs, *ids.values()}) == 3, (theirs, ids)
+    assert api("GET", f"/documents/{theirs}", not_b).status_code == 404
+    r = api("POST", "/memories", not_b, json=ROTATE)  # the same memory again: the same id
+    assert r.status_code == 201 and r.json()["id"] == ids[not_b], r.text
+
+
 # -- 2. a scoped admin is an admin of its scope only --------------------------------------------
 
 

@@ -661,6 +661,7 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
                     metadata=body.metadata,
                     stamp=stamp,
                     relations=relations,
+                    namespace=namespace,
                 )
             except QueryError as exc:
                 raise _located(exc) from None
@@ -686,6 +687,7 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
                     metadata=body.metadata,
                     relations=relations,
                     stamp=stamp,
+                    namespace=namespace,
                 )
             except QueryError as exc:
                 raise _located(exc) from None

@@ -233,6 +233,7 @@ def build_server(
                 metadata=metadata,
                 stamp=stamp,
                 relations=targets,
+                namespace=namespace,
             )
             if scope is not None:  # a scoped writer (admin or not) writes inside its scope
                 try:
@@ -257,6 +258,7 @@ def build_server(
                 metadata=metadata,
                 stamp=stamp,
                 relations=targets,
+                namespace=namespace,
             )
 
         return {"id": await _call(write)}
