@@ -281,12 +281,11 @@ class Engine:
                         self.store.delete(gone)
                     removed = tuple(gone)
                 skipped = tuple(sorted((*loaded.skipped, *report.skipped), key=lambda f: f.path))
-                report = replace(
-                    report, skipped=skipped, removed=removed, release=self.store.release()
-                )
+                report = replace(report, skipped=skipped, removed=removed)
             finally:
                 self.refresh()
-        return replace(report, calibrated=self.self_calibrate(scope))
+        calibrated = self.self_calibrate(scope)
+        return replace(report, release=self.release(scope), calibrated=calibrated)
 
     def self_calibrate(self, scope: Any = None) -> float | None:
         """``answer.self_calibrate``, as every ingest runs it: the abstention threshold of
@@ -379,6 +378,15 @@ class Engine:
         """Bring the derived indexes up to the store's release (catch up or rebuild)."""
         self._releases.refresh()
 
+    def release(self, scope: Any = None) -> int:
+        """The release a caller with ``scope`` sees: the index's when unscoped; for a scope, the
+        last release that wrote a chunk the scope lets through or removed a document it let
+        through (0: it never held one). Another tenant's writes do not move it: it is the
+        release a scoped search, ask or ingest reports, and the result cache is keyed on it."""
+        key = filter_key(parse_filter(scope))
+        with self.reading() as snap:
+            return snap.view(key)
+
     # -- reads ------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
@@ -465,7 +473,8 @@ class Engine:
             key += "\x00" + json.dumps(stats_scope, sort_keys=True, default=str)
         args = {"filter": filter, "scope": scope, "as_of": as_of, "stats_scope": stats_scope}
         compute = partial(self.retrieve, query, k=k, preset=preset, config=cfg, **args)
-        return self._served("search", key, compute, caller)  # type: ignore[no-any-return]
+        seen = scope if stats_scope is SAME_SCOPE else stats_scope
+        return self._served("search", key, compute, caller, seen)  # type: ignore[no-any-return]
 
     def ask(
         self,
@@ -485,14 +494,20 @@ class Engine:
         key = self._cache.key("ask", question, k, filter, scope, preset, cfg, None, caller)
         args = {"filter": filter, "preset": preset, "config": cfg, "scope": scope}
         compute = partial(self.answer, question, k=k, **args)
-        return self._served("ask", key, compute, caller)  # type: ignore[no-any-return]
+        return self._served("ask", key, compute, caller, scope)  # type: ignore[no-any-return]
 
     def _served(
-        self, kind: str, key: str | None, compute: Callable[[], Run | Answered], caller: Any
+        self,
+        kind: str,
+        key: str | None,
+        compute: Callable[[], Run | Answered],
+        caller: Any,
+        scope: Any,
     ) -> Any:
-        """The cached result of ``key`` at the pinned release, or a new one, traced and cached."""
+        """The cached result of ``key`` at the release ``scope`` sees (:meth:`release`) in the
+        pinned snapshot, or a new one, traced and cached."""
         with self.reading() as snap:
-            version = "" if key is None else self._version(snap)  # no store read when uncached
+            version = "" if key is None else self._version(snap, scope)  # no read when uncached
             cached = self._cache.get(key, version)
             if cached is not None:
                 return replace(cached, cached=True) if kind == "search" else cached
@@ -506,9 +521,10 @@ class Engine:
             self._cache.put(key, version, value)
         return value
 
-    def _version(self, snap: Snapshot) -> str:
+    def _version(self, snap: Snapshot, scope: Any) -> str:
         versions = (self.store.get_meta("embedder_version"), self.store.get_meta("concepts"))
-        return f"{snap.release}|{ANALYZER_VERSION}|{versions[0]}|{versions[1]}"
+        seen = snap.view(filter_key(parse_filter(scope)))
+        return f"{seen}|{ANALYZER_VERSION}|{versions[0]}|{versions[1]}"
 
     def clear_cache(self) -> None:
         """Drop every cached result (a new release makes them unreachable anyway)."""

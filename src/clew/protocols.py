@@ -242,6 +242,13 @@ class Snapshot(Protocol):
         """The statistics population of a caller's scope (None: unscoped)."""
         ...
 
+    def view(self, scope_json: str | None) -> int:
+        """The release a caller with this scope sees: the last one, up to this snapshot's, that
+        wrote a chunk the scope lets through or removed a document it let through (the
+        snapshot's release when unscoped), so the release a scoped response carries, and the
+        result cache keyed on it, do not move when another tenant writes."""
+        ...
+
     def link(
         self, query: str, cfg: GraphConfig, where: Where, stats: ScopeStats | None
     ) -> list[LinkedConcept]:

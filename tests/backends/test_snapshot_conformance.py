@@ -22,6 +22,7 @@ from clew.testing.snapshot_conformance import (
     check_snapshot_legs,
     check_snapshot_lookups,
     check_snapshot_release,
+    check_snapshot_view,
 )
 
 # ``backend`` (tests/backends/conftest.py): fresh engines on each backend in turn
@@ -45,6 +46,10 @@ def test_snapshot_dead_chunks(backend: Any) -> None:
 
 def test_snapshot_release(backend: Any) -> None:
     check_snapshot_release(backend)
+
+
+def test_snapshot_view(backend: Any) -> None:
+    check_snapshot_view(backend)
 
 
 # -- the suite can fail ---------------------------------------------------------------------------
@@ -140,6 +145,18 @@ MUTATIONS: dict[
         lambda s: lambda o, m: {k: (t, False) for k, (t, _) in (s.created(o, m) or {}).items()},
         check_snapshot_lookups,
         "created",
+    ),
+    "view is the release": (
+        "view",
+        lambda s: lambda scope_json: s.release,
+        check_snapshot_view,
+        "view",
+    ),
+    "view forgets what left the scope": (
+        "view",
+        lambda s: lambda scope_json: s.view(scope_json) if scope_json is None else 1,
+        check_snapshot_view,
+        "view",
     ),
     "visible ignores the scope": (
         "visible",

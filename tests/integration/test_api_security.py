@@ -289,6 +289,39 @@ def test_a_scoped_admin_reads_only_its_own_traces_and_jobs(api: ApiClient) -> No
     assert api("GET", f"/jobs/{own}", "admin").status_code == 200  # the unscoped admin: all
 
 
+def test_another_tenants_writes_show_in_nothing_a_scoped_key_reads(api: ApiClient) -> None:
+    """The release a scoped key's search, ask, job and delete carry is its scope's, and its
+    cached results stay cached, however much tenant b writes meanwhile; the metrics gauge is
+    the index's release."""
+
+    def seen() -> tuple[Any, ...]:
+        found = api("POST", "/search", "a", json={"query": "AMBERFOX ERR-4012", "k": 3}).json()
+        asked = api("POST", "/ask", "a", json={"question": "What is ERR-4012?"}).json()
+        hits = [(h["chunk_id"], h["score"]) for h in found["hits"]]
+        return found["release"], found["cached"], hits, asked["release"]
+
+    first = seen()
+    assert first[0] == first[3] == 1 and seen()[1] is True
+    for doc_id, text in (("b-09", "BLUEHERON ERR-4012 notes."), ("b-01", "BLUEHERON, new.")):
+        body = {"documents": [{"id": doc_id, "text": text, "metadata": {"tenant": "b"}}]}
+        job = api("POST", "/documents?wait=true", "admin", json=body).json()
+        assert job["state"] == "done" and job["release"] >= 2, job  # the index's release
+    assert api("DELETE", "/documents/b-02", "admin").status_code == 200
+    assert api("POST", "/memories", "b", json=ROTATE).status_code == 201
+    assert api("GET", "/health", "admin").json()["release"] > 3
+    assert seen() == (1, True, first[2], 1)  # a sees none of it
+    assert f"clew_index_release {float(api('GET', '/health', 'admin').json()['release'])}" in (
+        api("GET", "/metrics", "metrics").text
+    )
+    # a's own writes move a's release: a job of a-admin, then its delete
+    body = {"documents": [{"id": "a-09", "text": "AMBERFOX ERR-4012 addendum."}]}
+    mine = api("POST", "/documents?wait=true", "a-admin", json=body).json()
+    now = api("GET", "/health", "admin").json()["release"]
+    assert mine["release"] == now and seen()[:2] == (now, False)
+    gone = api("DELETE", "/documents/a-09", "a-admin").json()
+    assert gone["release"] == now + 1 == seen()[0]
+
+
 # -- 3. access fields ----------------------------------------------------------------------------
 
 

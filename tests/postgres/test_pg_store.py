@@ -111,6 +111,7 @@ def test_older_version_is_migrated_on_open(pg_url: str, pg_schema: str) -> None:
             conn.execute("DROP INDEX mentions_concept")
             conn.execute("CREATE INDEX mentions_concept ON mentions(concept_id, ordinal)")
             conn.execute("ALTER TABLE chunks DROP COLUMN page")
+            conn.execute("DROP TABLE removed")
             conn.execute("DELETE FROM clew_migrations WHERE version > 1")
         assert _versions(s) == [1]
     with pytest.raises(StoreError, match="needs migrating"):
@@ -131,6 +132,10 @@ def test_older_version_is_migrated_on_open(pg_url: str, pg_schema: str) -> None:
                 (pg_schema,),
             ).fetchone()
         assert row is not None and "INCLUDE (count)" in row[0]
+        s.delete(["a"])  # migration 5: the tombstones of what a delete removed
+        with s.connection() as conn:
+            gone = conn.execute("SELECT metadata, release FROM removed").fetchall()
+        assert gone == [({}, 2)], gone
 
 
 def test_newer_version_is_an_error(pg_url: str, pg_schema: str) -> None:

@@ -165,7 +165,7 @@ def respond(
         nearest=run.hits[:3] if abstained else (),
         fallback=fallback,
         timings_ms=timings,
-        release=run.snap.release,
+        release=run.release,
         rerank=run.rerank_status,
         verdict=None if judged is None else judged[0].word,
         verdict_reason="" if judged is None else judged[0].reason,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from clew.config import EngineConfig
+from clew.filters import filter_key, parse_filter
 from clew.ingest.analyze import ANALYZER_VERSION
 from clew.protocols import (
     ChunkRow,
@@ -72,12 +73,20 @@ class Run:
     scoped: ScopeStats | None = None
     """The statistics population of a scoped request (None: the whole index's)."""
 
+    @property
+    def release(self) -> int:
+        """The release the caller sees: its scope's (:meth:`Snapshot.view`; the scope
+        statistics are computed over, when that is not the request's own), the snapshot's when
+        unscoped. What the result and the trace carry."""
+        scope = self.scope if self.stats_scope is SAME_SCOPE else self.stats_scope
+        return self.snap.view(filter_key(parse_filter(scope)))
+
     def result(self) -> SearchResult:
         return SearchResult(
             query=self.query,
             route=self.route,
             hits=self.hits,
-            release=self.snap.release,
+            release=self.release,
             timings_ms=self.timings,
             filter=self.filter,
             preset=self.preset,
@@ -118,7 +127,7 @@ class Run:
             "reference_time": self.reference,
             "preset": self.preset,
             "config": self.cfg.to_dict(),
-            "release": self.snap.release,
+            "release": self.release,
             "analyzer": ANALYZER_VERSION,
             "models": {
                 "embedder": store.get_meta("embedder"),

@@ -728,7 +728,8 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
             doc = engine.document(memory_id, scope=caller.scope)
             if doc is None or doc.metadata.get("kind") != "memory":
                 raise HTTPException(404, f"no memory {memory_id!r}")
-            return engine.forget(memory_id)
+            engine.forget(memory_id)
+            return engine.release(caller.scope)  # the release the caller's scope sees now
 
         release = await state.call(delete, read=False)
         log.info("memory %s forgotten by %s", memory_id, caller.name)
@@ -805,7 +806,12 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
         target = await state.call(found)
         if target is None:
             raise HTTPException(404, f"no document {doc_id!r}")
-        release = await state.call(lambda: engine.delete(target), read=False)
+
+        def delete() -> int:
+            engine.delete(target)
+            return engine.release(caller.scope)  # the release the caller's scope sees now
+
+        release = await state.call(delete, read=False)
         log.info("deleted %r (release %d) by %s", target, release, caller.name)
         return {"deleted": target, "release": release}
 
@@ -863,6 +869,7 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
         summary="Prometheus metrics (a key with `metrics: true`, or an unscoped admin key)",
     )
     async def metrics(caller: MetricsReader) -> Response:
+        state.metrics.release.set(engine.store.release())  # the index's, not a scope's
         return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
 

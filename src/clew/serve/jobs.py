@@ -479,10 +479,12 @@ class JobManager:
                         job.finished_at = time.time()
                         if job in self._runnable:
                             self._runnable.remove(job)
+            # the release each job's key sees (its scope's, outside the lock: a snapshot read)
+            seen = {id(job): self._seen(job) for job, _ in turn.parts}
             with self._lock:
                 for job, _ in turn.parts:
                     if not job.finished and not job.left:
-                        self._finish(job)
+                        self._finish(job, seen[id(job)])
                 if not self._runnable:
                     self._idle.set()
                 self._wake.notify_all()
@@ -524,10 +526,19 @@ class JobManager:
                         owners[doc.doc_id], doc.doc_id, f"internal error: {type(exc).__name__}"
                     )
 
-    def _finish(self, job: Job) -> None:
+    def _seen(self, job: Job) -> int:
+        """The release the submitting key sees: its scope's, so another tenant's writes do not
+        show in its job (:meth:`clew.Engine.release`)."""
+        try:
+            return self._engine.release(job.scope)
+        except Exception:  # a job's status must not fail on it
+            log.exception("the release of job %s", job.job_id)
+            return self._engine.store.release() if job.scope is None else 0
+
+    def _finish(self, job: Job, release: int) -> None:
         """Called with the lock held, once every document of the job has been tried."""
         docs = job.documents
-        job.release = self._engine.store.release()
+        job.release = release
         ok = any(s != "failed" for s in job.status.values())
         job.state = "done" if ok or not docs else "failed"
         if not ok and docs:

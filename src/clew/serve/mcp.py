@@ -325,7 +325,8 @@ def build_server(
                 ):
                     raise _no_such_memory(id)
             try:
-                return engine.delete(memory_id(id))
+                engine.delete(memory_id(id))
+                return engine.release(scope)  # the release the key's scope sees now
             except StoreError as exc:
                 if not engine.store.has_document(id):
                     raise _no_such_memory(id) from exc

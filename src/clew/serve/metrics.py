@@ -44,7 +44,9 @@ class Metrics:
         self.documents = Counter(
             "clew_ingest_documents", "Documents processed by ingest jobs", ["status"], registry=r
         )
-        self.release = Gauge("clew_index_release", "Index release last served", registry=r)
+        self.release = Gauge(
+            "clew_index_release", "The index's release (read when metrics are read)", registry=r
+        )
 
     def observe_request(self, method: str, endpoint: str, status: int, seconds: float) -> None:
         self.requests.labels(method, endpoint, str(status)).inc()
@@ -58,9 +60,6 @@ class Metrics:
         rerank = result.get("rerank")
         if isinstance(rerank, Mapping) and not rerank.get("ran", True):
             self.fallbacks.labels(str(rerank.get("reranker", "?"))).inc()
-        release = result.get("release")
-        if isinstance(release, int):
-            self.release.set(release)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

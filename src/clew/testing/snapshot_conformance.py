@@ -845,6 +845,60 @@ def check_snapshot_release(open_engine: OpenEngine) -> None:
         fx.close()
 
 
+def check_snapshot_view(open_engine: OpenEngine) -> None:
+    """``view``: unscoped, the release; for a scope, the last release that wrote a chunk it lets
+    through or removed a document it let through (0 when nothing ever passed it). The fixture's
+    three releases: the corpus, the stale acme document's delete (audience public), the acme
+    memory. A later write and delete of initech's documents move initech's and the public
+    audience's views and leave acme's and globex's; a snapshot pinned before keeps its views."""
+    fx = snapshot_fixture(open_engine)
+    try:
+        engine, pinned, name = fx.engine, fx.snap, fx.name
+        scopes = {
+            "acme": {"tenant": "acme"},
+            "globex": {"tenant": "globex"},
+            "initech": {"tenant": "initech"},
+            "public": {"audience": "public"},
+            "ghost": {"ghost": "x"},
+        }
+
+        def views(snap: Snapshot) -> dict[str, int]:
+            return {
+                key: _answer(f"{name}.view [{key}]", partial(snap.view, _scope_json(scope)))
+                for key, scope in scopes.items()
+            }
+
+        deleted, memory = fx.before_memory.release, pinned.release
+        assert pinned.view(None) == pinned.release, f"{name}.view(None) is the release"
+        before = views(pinned)
+        corpus = before["globex"]
+        want = {
+            "acme": memory,
+            "globex": corpus,
+            "initech": corpus,
+            "public": deleted,
+            "ghost": 0,
+        }
+        assert before == want and 0 < corpus < deleted, (
+            f"{name}.view: {before}, expected {want} (the corpus at a release before {deleted}, "
+            f"the delete of a public acme document at {deleted}, the acme memory at {memory})"
+        )
+        engine.ingest(
+            [_doc("initech-late", "Late", {"audience": "internal", "tenant": "initech"}, [], "x")]
+        )
+        engine.delete([d.doc_id for d in SNAPSHOT_DOCS if d.metadata.get("tenant") == "initech"])
+        now = engine.snapshot()
+        after = views(now)
+        want = {**before, "initech": now.release, "public": now.release}
+        assert after == want, (
+            f"{name}.view after initech's write and delete (release {now.release}): {after}, "
+            f"expected {want}: another tenant's writes must not move a scope's view"
+        )
+        assert views(pinned) == before, f"{name}.view of a pinned snapshot changed after writes"
+    finally:
+        fx.close()
+
+
 def check_snapshot(open_engine: OpenEngine) -> None:
     """Every Snapshot check, each on a fresh engine."""
     check_snapshot_filters(open_engine)
@@ -852,3 +906,4 @@ def check_snapshot(open_engine: OpenEngine) -> None:
     check_snapshot_lookups(open_engine)
     check_snapshot_dead_chunks(open_engine)
     check_snapshot_release(open_engine)
+    check_snapshot_view(open_engine)

@@ -70,6 +70,10 @@ CREATE TABLE IF NOT EXISTS changes (
     doc_id TEXT NOT NULL,
     ordinal INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS removed (
+    metadata TEXT PRIMARY KEY,
+    release INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS releases (
     release INTEGER PRIMARY KEY,
     created_at REAL NOT NULL,

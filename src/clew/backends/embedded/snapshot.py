@@ -11,6 +11,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -20,7 +21,7 @@ from clew.backends.embedded.store import SQLiteStore
 from clew.backends.embedded.vector import VectorIndex
 from clew.cache import Lru
 from clew.config import DenseConfig, GraphConfig, LexicalConfig
-from clew.filters import Mask, MetadataColumns, Node, filter_key, parse_filter
+from clew.filters import Mask, MetadataColumns, Node, fields_of, filter_key, parse_filter
 from clew.index.graph import GraphIndex, LinkedConcept
 from clew.memory import MEMORY_KIND, MEMORY_SOURCE
 from clew.protocols import ChunkRow, Matrix, ScopeStats, Where
@@ -53,6 +54,8 @@ class EmbeddedSnapshot:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _memories: bool | None = None
     _stats: Lru[str, ScopeStats] = field(default_factory=lambda: Lru(16))
+    _views: Lru[str, int] = field(default_factory=lambda: Lru(64))
+    _removed: list[tuple[int, dict[str, Any]]] | None = None
 
     # -- the filter --------------------------------------------------------------------------
 
@@ -132,6 +135,53 @@ class EmbeddedSnapshot:
         stats = ScopeStats(population, self.graph_index.stats(population))
         self._stats.put(scope_json, stats)
         return stats
+
+    def view(self, scope_json: str | None) -> int:
+        """The release a caller with this scope sees: the last that wrote a chunk the scope lets
+        through or removed a document it let through (this release when unscoped; 0 when the
+        scope never held anything). Cached per scope."""
+        if scope_json is None:
+            return self.release
+        cached = self._views.get(scope_json)
+        if cached is not None:
+            return cached
+        view = max(self._written(self.allowed(None, scope_json)), self._gone(scope_json))
+        self._views.put(scope_json, view)
+        return view
+
+    def _written(self, population: Mask) -> int:
+        """The release of the scope's newest chunk. Ordinals grow with releases (each release
+        takes new ones in its own write transaction), so it is the release of the highest
+        visible ordinal still stored (one deleted since this snapshot is passed over)."""
+        visible = np.flatnonzero(population)[::-1]
+        for start in range(0, len(visible), 64):
+            found = self.store.latest_release(visible[start : start + 64].tolist())
+            if found is not None:
+                return min(found, self.release)
+        return 0
+
+    def _gone(self, scope_json: str) -> int:
+        """The last release, up to this one, that removed a document the scope let through."""
+        with self._lock:
+            if self._removed is None:
+                self._removed = [r for r in self.store.removed_rows() if r[0] <= self.release]
+            rows = self._removed
+        node = parse_filter(scope_json)
+        if not rows or node is None:
+            return 0
+        # the scope reads only the fields it names: each distinct value of those with its last
+        # removal (a handful of rows for a tenant scope, however many documents went)
+        names = fields_of(node)
+        last: dict[str, tuple[int, dict[str, Any]]] = {}
+        for release, meta in rows:
+            seen = {f: meta[f] for f in names if f in meta}
+            key = json.dumps(seen, sort_keys=True, default=str)
+            if key not in last or last[key][0] < release:
+                last[key] = (release, seen)
+        kept = list(last.values())
+        columns = MetadataColumns.build(len(kept), (([i], m) for i, (_, m) in enumerate(kept)))
+        hit = np.flatnonzero(columns.mask(node, strict=False))
+        return max((kept[int(i)][0] for i in hit), default=0)
 
     # -- the legs ----------------------------------------------------------------------------
 

@@ -481,6 +481,12 @@ class SQLiteStore:
             "INSERT INTO changes(release, op, doc_id, ordinal) VALUES (?, 'delete', ?, ?)",
             [(release, doc_id, o) for o in ordinals],
         )
+        # the tombstone: which scopes saw something go at this release (one row per metadata)
+        conn.execute(
+            "INSERT INTO removed(metadata, release) SELECT metadata, ? FROM documents "
+            "WHERE doc_id = ? ON CONFLICT(metadata) DO UPDATE SET release = excluded.release",
+            (release, doc_id),
+        )
         conn.execute("DELETE FROM documents WHERE doc_id = ?", (doc_id,))  # cascades
         for part in _batches(sorted(concept_ids), 500):
             marks = ",".join("?" * len(part))
@@ -713,6 +719,32 @@ class SQLiteStore:
                     source=str(row[10]),
                 )
         return out
+
+    @_guarded
+    def latest_release(self, ordinals: Sequence[int]) -> int | None:
+        """The highest release that wrote one of ``ordinals`` (None: none of them is stored)."""
+        conn = self._conn()
+        found: list[int] = []
+        for part in _batches([int(o) for o in ordinals], 500):
+            marks = ",".join("?" * len(part))
+            row = conn.execute(
+                f"SELECT max(release) FROM chunks WHERE ordinal IN ({marks})", part
+            ).fetchone()
+            if row is not None and row[0] is not None:
+                found.append(int(row[0]))
+        return max(found, default=None)
+
+    @_guarded
+    def removed_rows(self) -> list[tuple[int, dict[str, Any]]]:
+        """(release, metadata) of the documents deleted or replaced: for each distinct metadata
+        the last release that removed a document with it (none from before the table)."""
+        conn = self._conn()
+        if not columns(conn, "removed"):  # an older index opened read-only
+            return []
+        return [
+            (int(release), json.loads(meta))
+            for meta, release in conn.execute("SELECT metadata, release FROM removed")
+        ]
 
     @_guarded
     def metadata_rows(self) -> Iterator[tuple[list[int], Mapping[str, Any]]]:

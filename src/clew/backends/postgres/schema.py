@@ -138,6 +138,15 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE chunks ADD COLUMN page integer;
     """,
+    # 5: tombstones, one per distinct metadata (keyed by its hash): the last release that
+    # removed a document with it, so a scope's release counts what left it too
+    """
+    CREATE TABLE removed (
+        key text PRIMARY KEY,
+        metadata jsonb NOT NULL,
+        release bigint NOT NULL
+    );
+    """,
 )
 
 

@@ -372,6 +372,7 @@ class PgSnapshot:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _memories: bool | None = None
     _stats: Lru[str, ScopeStats] = field(default_factory=lambda: Lru(16))
+    _views: Lru[str, int] = field(default_factory=lambda: Lru(64))
 
     @property
     def graph_index(self) -> GraphIndex:
@@ -431,6 +432,31 @@ class PgSnapshot:
         stats = ScopeStats(population, self.graph_index.stats(population), pg)
         self._stats.put(scope_json, stats)
         return stats
+
+    def view(self, scope_json: str | None) -> int:
+        """As the embedded snapshot's: the newest release, up to this one, among the chunks the
+        scope lets through and the tombstones of documents it let through (one query per scope
+        and release)."""
+        if scope_json is None:
+            return self.release
+        cached = self._views.get(scope_json)
+        if cached is not None:
+            return cached
+        from psycopg import sql
+
+        from clew.filters import parse_filter
+
+        where = self.sql.where(None, parse_filter(scope_json))
+        query = sql.SQL(
+            "SELECT GREATEST("
+            "(SELECT max(c.release) FROM chunks AS c WHERE c.release <= {r} AND {w}), "
+            "(SELECT max(c.release) FROM removed AS c WHERE c.release <= {r} AND {w}))"
+        ).format(r=sql.Literal(self.release), w=where)
+        with self.store.connection() as conn:
+            row = conn.execute(query).fetchone()
+        view = int(row[0]) if row is not None and row[0] is not None else 0
+        self._views.put(scope_json, view)
+        return view
 
     # -- the legs ----------------------------------------------------------------------------
 

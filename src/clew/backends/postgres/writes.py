@@ -437,6 +437,14 @@ def _delete_docs(conn: Conn, doc_ids: list[str], release: int) -> int:
             (doc_ids,),
         )
     ]
+    # the tombstones: which scopes saw something go at this release (one row per metadata)
+    conn.execute(
+        "INSERT INTO removed(key, metadata, release) SELECT DISTINCT ON (k) k, metadata, %s "
+        "FROM (SELECT md5(metadata::text) AS k, metadata FROM documents "
+        "WHERE doc_id = ANY(%s)) AS gone "
+        "ON CONFLICT (key) DO UPDATE SET release = EXCLUDED.release",
+        (release, doc_ids),
+    )
     conn.execute("DELETE FROM documents WHERE doc_id = ANY(%s)", (doc_ids,))  # cascades
     if concept_ids:
         conn.execute(
