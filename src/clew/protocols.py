@@ -99,8 +99,10 @@ class GraphRows:
 
     concepts: Sequence[tuple[int, str, str, str]]
     """(concept_id, key, label, kind)."""
-    mentions: Sequence[tuple[int, int, int]]
-    """(ordinal, concept_id, count)."""
+    mentions: Sequence[tuple[int, int, int] | tuple[int, int, int, int]]
+    """(ordinal, concept_id, count[, kind]): ``kind``, the mention's kind as a rank in
+    :data:`clew.types.CONCEPT_KINDS` (what that chunk's extraction called the concept), is the
+    concept's stored kind where left out."""
     chunks: Sequence[tuple[int, str, int]]
     """(ordinal, doc_id, seq)."""
     links: Sequence[tuple[str, str]]

@@ -18,6 +18,14 @@ Leg = Literal["lexical", "dense", "graph"]
 LEGS: tuple[Leg, ...] = ("lexical", "dense", "graph")
 
 ConceptKind = Literal["identifier", "entity", "phrase"]
+CONCEPT_KINDS: tuple[ConceptKind, ...] = ("phrase", "entity", "identifier")
+"""Concept kinds by rank: a concept is of the highest kind any mention of it has (a word one
+chunk calls a phrase and another an identifier is an identifier), over the chunks counted."""
+KIND_RANK: dict[str, int] = {k: i for i, k in enumerate(CONCEPT_KINDS)}
+KIND_SQL = "CASE {} WHEN 'identifier' THEN 2 WHEN 'entity' THEN 1 ELSE 0 END"
+"""SQL for a kind's rank (format in the column)."""
+KIND_OF_RANK_SQL = "CASE {} WHEN 2 THEN 'identifier' WHEN 1 THEN 'entity' ELSE 'phrase' END"
+"""SQL for the kind of a rank (format in the expression)."""
 EdgeType = Literal["HAS_CHUNK", "NEXT", "MENTIONS", "RELATED_TO", "LINKS_TO"]
 
 

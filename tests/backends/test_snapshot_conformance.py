@@ -19,6 +19,7 @@ from clew.testing.fakes import FakeHashEncoder
 from clew.testing.snapshot_conformance import (
     check_snapshot_dead_chunks,
     check_snapshot_filters,
+    check_snapshot_kinds,
     check_snapshot_legs,
     check_snapshot_lookups,
     check_snapshot_release,
@@ -50,6 +51,10 @@ def test_snapshot_release(backend: Any) -> None:
 
 def test_snapshot_view(backend: Any) -> None:
     check_snapshot_view(backend)
+
+
+def test_snapshot_kinds(backend: Any) -> None:
+    check_snapshot_kinds(backend)
 
 
 # -- the suite can fail ---------------------------------------------------------------------------

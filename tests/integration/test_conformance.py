@@ -12,6 +12,7 @@ from clew.config import DenseConfig
 from clew.ingest.analyze import analyze
 from clew.testing.conformance import (
     check_chunk_pages,
+    check_concept_kinds,
     check_document_listing,
     check_lexical_search,
     check_store,
@@ -68,6 +69,41 @@ def test_sqlite_document_listing_reads_in_batches(
 
 def test_sqlite_store_keeps_chunk_pages(tmp_path: Path) -> None:
     check_chunk_pages(lambda: SQLiteStore(tmp_path / "s", create=True))
+
+
+def test_sqlite_store_keeps_mention_kinds(tmp_path: Path) -> None:
+    check_concept_kinds(lambda: SQLiteStore(tmp_path / "s", create=True))
+
+
+def test_a_store_made_before_mention_kinds_gets_the_column(tmp_path: Path) -> None:
+    """An index written before mentions had kinds opens read-only with each mention of its
+    concept's kind, and writable gains the column (filled the same way) and its index."""
+    import sqlite3
+
+    from clew.testing.conformance import make_record
+
+    store = SQLiteStore(tmp_path / "s", create=True)
+    store.write([make_record("old.md", ["ERR-1 old chunk", "ERR-1 again"])])
+    store.close()
+    conn = sqlite3.connect(tmp_path / "s" / "clew.sqlite")
+    conn.execute("DROP INDEX mentions_kind")
+    conn.execute("ALTER TABLE mentions DROP COLUMN kind")
+    conn.execute("CREATE INDEX mentions_concept ON mentions(concept_id)")
+    conn.commit()
+    conn.close()
+    ro = SQLiteStore(tmp_path / "s", read_only=True)
+    assert [m[3] for m in ro.graph_rows().mentions] == [2, 2], "read-only: the concept's kind"
+    ro.close()
+    rw = SQLiteStore(tmp_path / "s")
+    assert [m[3] for m in rw.graph_rows().mentions] == [2, 2], "migrated: the concept's kind"
+    names = {
+        r[0] for r in rw._conn().execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+    }
+    assert "mentions_kind" in names and "mentions_concept" not in names
+    rw.delete(["old.md"])
+    assert rw.concept_kinds(["err-1"]) == {}
+    rw.close()
+    check_concept_kinds(lambda: SQLiteStore(tmp_path / "s"))
 
 
 def test_a_store_made_before_pages_gets_the_column(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ the tenant's own documents: statistics are computed within the caller's scope.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterator
@@ -444,3 +445,85 @@ def test_entity_resolution_sees_only_the_writers_scope(tmp_path: Path) -> None:
         assert mine in {h.doc_id for h in hits}
     finally:
         engine.close()
+
+
+KIND_A = [
+    Document(
+        "a1",
+        "Rollout",
+        "the phoenix rollout slipped because the release train was late. the office moved to "
+        "phoenix last year; the pgbouncer pool was resized.",
+        "a",
+        {"tenant": "a"},
+    ),
+    Document(
+        "a2",
+        "Notes",
+        "our release train runs weekly; the phoenix rollout depends on it and on pgbouncer.",
+        "a",
+        {"tenant": "a"},
+    ),
+]
+KIND_B = [
+    Document(
+        "b1",
+        "Trip",
+        "Phoenix is a city in Arizona. We flew to Phoenix, Arizona with Maria Lopez.",
+        "b",
+        {"tenant": "b"},
+    ),
+    Document(
+        "b2",
+        "Phoenix Rollout",
+        "The Phoenix Rollout team met Maria Lopez in Phoenix. PgBouncer was restarted.",
+        "b",
+        {"tenant": "b"},
+    ),
+]
+
+
+@pytest.mark.slow
+def test_concept_kinds_are_those_of_the_scope(tmp_path: Path) -> None:
+    """A word tenant a's documents write as a plain phrase (``phoenix``, ``pgbouncer``) that
+    tenant b's call a named entity or an identifier is a phrase for a: the route (named
+    concepts), the plan, graph weights, title links and what a's writes resolve against are
+    those of an index of a's documents alone. After b's documents go, the concept is a phrase
+    for everyone. (An unscoped writer resolves names against all it sees: one batch of both
+    tenants' documents links a's ``pgbouncer pool`` to b's ``PgBouncer``.)"""
+
+    def engine(path: Path, *tenants: list[Document]) -> Engine:
+        e = Engine(
+            path,
+            create=True,
+            encoder=FakeHashEncoder(),
+            extractor=ConceptExtractor(ConceptConfig(spacy=True)),
+        )
+        for docs in tenants:  # each tenant's writes under its scope, as its service key writes
+            e.ingest(docs, scope={"tenant": docs[0].metadata["tenant"]})
+        return e
+
+    scope = {"tenant": "a"}
+    shared = engine(tmp_path / "shared", KIND_B, KIND_A)
+    alone = engine(tmp_path / "alone", KIND_A)
+    try:
+        kinds = {c["key"]: c["kind"] for c in shared.concepts()}
+        assert kinds["phoenix rollout"] == "entity" and kinds["pgbouncer"] == "identifier"
+        for memory in ("The pgbouncer migration failed.", "The phoenix office closed."):
+            at = "2026-03-01"
+            shared.remember(memory, timestamp=at, stamp=scope, scope=scope)
+            alone.remember(memory, timestamp=at, stamp=scope)
+        queries = ("phoenix", "Phoenix", "phoenix rollout", "what delayed the phoenix rollout")
+        expand = dataclasses.replace(
+            EngineConfig(), expand=dataclasses.replace(EngineConfig().expand, enabled=True)
+        )
+        for query in (*queries, "pgbouncer migration", "PgBouncer"):
+            for extra in ({}, {"preset": "graph"}, {"config": expand}):
+                mine = shared.search(query, scope=scope, k=10, **extra).to_dict()
+                own = alone.search(query, k=10, **extra).to_dict()
+                assert _comparable(mine) == _comparable(own), (query, extra)
+        shared.delete(["b1", "b2"])
+        kinds = {c["key"]: c["kind"] for c in shared.concepts()}
+        assert kinds["phoenix rollout"] == "phrase" and kinds["pgbouncer"] == "phrase"
+    finally:
+        shared.close()
+        alone.close()

@@ -77,7 +77,8 @@ def _snapshot(store: AnyStore) -> dict[str, Any]:
         ],
         "tokens": [tokens[o] for o in live],
         "vectors": np.stack([vectors[o] for o in live]),
-        "mentions": sorted((chunk_of[o], concepts[c], n) for o, c, n in g.mentions),
+        # with each mention's own kind: a copy keeps what every chunk called the concept
+        "mentions": sorted((chunk_of[o], concepts[c], *rest) for o, c, *rest in g.mentions),
         "concepts": sorted(concepts.values()),
         "aliases": store.concept_aliases(),
         "links": sorted(g.links),

@@ -22,7 +22,7 @@ from clew.config import GraphConfig
 from clew.index.graph import GraphIndex
 from clew.protocols import GraphRows
 from clew.testing.graphs import densified
-from clew.types import GraphTrail
+from clew.types import KIND_RANK, GraphTrail
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
 TENANT_A = sql.SQL("c.metadata->>'tenant' = 'a'")
@@ -41,7 +41,8 @@ def load(conn: psycopg.Connection[Any], schema: str, corpus: Corpus) -> None:
     conn.execute("CREATE EXTENSION IF NOT EXISTS pg_search")
     conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
     conn.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(schema)))
-    conn.execute(MIGRATIONS[0])
+    for migration in MIGRATIONS:
+        conn.execute(migration)
     for ddl in dimension_ddl(2):
         conn.execute(ddl)
     rows = corpus.rows
@@ -67,9 +68,10 @@ def load(conn: psycopg.Connection[Any], schema: str, corpus: Corpus) -> None:
             " VALUES (%s, %s, %s, %s)",
             list(rows.concepts),
         )
+        rank = {c[0]: KIND_RANK[c[3]] for c in rows.concepts}  # a mention of its concept's kind
         cur.executemany(
-            "INSERT INTO mentions (ordinal, concept_id, count) VALUES (%s, %s, %s)",
-            list(rows.mentions),
+            "INSERT INTO mentions (ordinal, concept_id, count, kind) VALUES (%s, %s, %s, %s)",
+            [(*m[:3], m[3] if len(m) > 3 else rank[m[1]]) for m in rows.mentions],
         )
         cur.executemany(
             "INSERT INTO links (doc_id, target) VALUES (%s, %s)", sorted(set(rows.links))
@@ -142,7 +144,7 @@ def same_hits(pg: Sequence[Any], emb: Sequence[Any], what: str) -> None:
 
 
 def phrase_keys(corpus: Corpus, *, multi: bool) -> list[str]:
-    df = Counter(cid for _, cid, _ in corpus.rows.mentions)
+    df = Counter(m[1] for m in corpus.rows.mentions)
     keys = [
         (df[cid], key)
         for cid, key, _, kind in corpus.rows.concepts
@@ -317,7 +319,7 @@ def test_state_change_is_seen(pg_url: str, pg_schema: str) -> None:
             "INSERT INTO concepts (concept_id, key, label, kind) OVERRIDING SYSTEM VALUE"
             " VALUES (5, 'echo foxtrot golf', 'Echo Foxtrot Golf', 'phrase')"
         )
-        conn.execute("INSERT INTO mentions VALUES (5, 5, 1), (5, 1, 1)")
+        conn.execute("INSERT INTO mentions VALUES (5, 5, 1, 0), (5, 1, 1, 1)")
     g, size = embedded(more)
     assert pg.link("echo foxtrot golf") == g.link("echo foxtrot golf") != []
     for q in ("alpha", "echo foxtrot golf"):

@@ -20,6 +20,7 @@ from clew.errors import IndexNotFoundError, StoreError
 from clew.protocols import DocumentRecord
 from clew.testing.conformance import (
     check_chunk_pages,
+    check_concept_kinds,
     check_document_listing,
     check_store,
     make_record,
@@ -69,6 +70,11 @@ def test_chunk_pages_conformance(pg_url: str, pg_schema: str) -> None:
         check_chunk_pages(lambda: s)
 
 
+def test_concept_kinds_conformance(pg_url: str, pg_schema: str) -> None:
+    with PostgresStore(pg_url, schema=pg_schema, create=True) as s:
+        check_concept_kinds(lambda: s)
+
+
 def test_connection_settings(pg_url: str, pg_schema: str) -> None:
     with PostgresStore(pg_url, schema=pg_schema, create=True, statement_timeout_ms=1234) as s:
         assert s.schema == pg_schema
@@ -105,13 +111,14 @@ def test_migrations_recorded_and_idempotent(pg_url: str, pg_schema: str) -> None
 
 def test_older_version_is_migrated_on_open(pg_url: str, pg_schema: str) -> None:
     with PostgresStore(pg_url, schema=pg_schema, create=True) as s:
-        s.write([make_record("a", ["alpha"])])
+        s.write([make_record("a", ["alpha ERR-1"])])
         with s.connection() as conn:  # back to version 1
             conn.execute("DROP INDEX documents_source")
             conn.execute("DROP INDEX mentions_concept")
             conn.execute("CREATE INDEX mentions_concept ON mentions(concept_id, ordinal)")
             conn.execute("ALTER TABLE chunks DROP COLUMN page")
             conn.execute("DROP TABLE removed")
+            conn.execute("ALTER TABLE mentions DROP COLUMN kind")
             conn.execute("DELETE FROM clew_migrations WHERE version > 1")
         assert _versions(s) == [1]
     with pytest.raises(StoreError, match="needs migrating"):
@@ -131,7 +138,9 @@ def test_older_version_is_migrated_on_open(pg_url: str, pg_schema: str) -> None:
                 "AND indexname = 'mentions_concept'",
                 (pg_schema,),
             ).fetchone()
-        assert row is not None and "INCLUDE (count)" in row[0]
+        assert row is not None and "INCLUDE (count, kind)" in row[0]
+        kinds = [m[3] for m in s.graph_rows().mentions]
+        assert kinds == [2], "migration 6: a mention takes its concept's kind"
         s.delete(["a"])  # migration 5: the tombstones of what a delete removed
         with s.connection() as conn:
             gone = conn.execute("SELECT metadata, release FROM removed").fetchall()

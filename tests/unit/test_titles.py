@@ -8,7 +8,7 @@ import pytest
 
 from clew.config import GraphConfig
 from clew.errors import ConfigError
-from clew.index.graph import GraphIndex, title_keys
+from clew.index.graph import GraphIndex, title_keys, titles_lead
 from clew.protocols import GraphRows
 from clew.retrieve.fuse import Fused
 from clew.retrieve.titles import EDGE, LEG, title_links
@@ -82,7 +82,45 @@ def test_graph_maps_concepts_to_the_documents_they_title() -> None:
     about = {g.keys[r]: docs for r, docs in g.about.items()}
     assert about["maximum overdrive"] == ("overdrive",)
     assert about["wilmington"] == ("wilm-a", "wilm-b", "wilm-c")  # kept: the cap is per caller
-    assert "pool" not in about  # a one-word common noun titles nothing
+    assert not titles_lead(g, g.key_to_row["pool"], g.stats())  # a common noun titles nothing
+
+
+def test_a_word_that_is_a_name_only_outside_the_scope_titles_nothing_inside_it() -> None:
+    # chunk 2 (another tenant's) calls "pool" an entity: the stored kind is entity, but for a
+    # scope without chunk 2 "pool" is the common noun chunk 0 calls it, as in an index of the
+    # scope's documents alone
+    mentions = [(0, 1, 2, 1), (0, 2, 1, 1), (0, 3, 1, 0), (4, 1, 1, 1), (2, 3, 1, 1)]
+    concepts = [(3, "pool", "Pool", "entity") if c[0] == 3 else c for c in CONCEPTS]
+    g = GraphIndex.build(GraphRows(concepts, mentions, CHUNKS, [], TITLES), len(CHUNKS), 1)
+    head = [
+        Fused(o, 1.0 - 0.1 * i, (Contribution("lexical", i + 1, 5.0 - i, 1.0 - 0.1 * i),), None)
+        for i, o in enumerate([0, 1, 3])
+    ]
+    cfg = GraphConfig(title_links=3)
+    everything = np.ones(len(CHUNKS), dtype=bool)
+    scope = everything.copy()
+    scope[2] = False
+
+    def brought(graph: GraphIndex, mask: np.ndarray, scoped: bool) -> list[int]:
+        stats = graph.stats(mask) if scoped else None
+        out = title_links(head, graph, lambda: mask, cfg, ids, None, stats)[0]  # type: ignore[arg-type]
+        return [f.ordinal for f in out]
+
+    assert 9 in brought(g, everything, scoped=False)  # for everyone, "pool" is a name
+    inside = brought(g, scope, scoped=True)
+    assert 9 not in inside and 4 in inside
+    alone = GraphIndex.build(
+        GraphRows(
+            CONCEPTS,
+            [m for m in mentions if m[0] != 2],
+            [c for c in CHUNKS if c[0] != 2],
+            [],
+            [t for t in TITLES if t[0] != "other-2"],
+        ),
+        len(CHUNKS),
+        1,
+    )
+    assert inside == brought(alone, scope, scoped=False)
 
 
 def test_named_document_joins_at_title_rank_with_its_path() -> None:

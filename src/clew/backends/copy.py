@@ -29,7 +29,7 @@ from clew.backends.postgres.store import PostgresStore
 from clew.backends.records import assemble_records
 from clew.errors import StoreError
 from clew.protocols import DocumentRecord
-from clew.types import Concept, Mention
+from clew.types import CONCEPT_KINDS, Concept, Mention
 
 AnyStore = SQLiteStore | PostgresStore
 
@@ -125,7 +125,10 @@ def _records(store: AnyStore, doc_ids: Sequence[str]) -> list[DocumentRecord]:
     if isinstance(store, PostgresStore):
         return store.records(doc_ids)
     return _sqlite_records(
-        store._conn(), list(dict.fromkeys(doc_ids)), store._page_column("chunks")
+        store._conn(),
+        list(dict.fromkeys(doc_ids)),
+        store._page_column("chunks"),
+        store._mention_kind("m"),
     )
 
 
@@ -134,7 +137,7 @@ def _in(column: str, n: int) -> str:
 
 
 def _sqlite_records(
-    conn: sqlite3.Connection, ids: list[str], page: str = "page"
+    conn: sqlite3.Connection, ids: list[str], page: str = "page", kind: str = "m.kind"
 ) -> list[DocumentRecord]:
     """The documents among ``ids`` as full records, read with SQL (SQLiteStore has no such
     read), in the order given."""
@@ -162,7 +165,7 @@ def _sqlite_records(
             part,
         ).fetchall()
         mention_rows = conn.execute(
-            "SELECT m.ordinal, c.concept_id, c.key, c.label, c.kind, m.count FROM mentions m "
+            f"SELECT m.ordinal, c.concept_id, c.key, c.label, {kind}, m.count FROM mentions m "
             "JOIN concepts c USING (concept_id) JOIN chunks k ON k.ordinal = m.ordinal WHERE "
             + _in("k.doc_id", len(part))
             + " ORDER BY m.ordinal, c.key",
@@ -180,8 +183,11 @@ def _sqlite_records(
             ):
                 surfaces.setdefault(int(cid), []).append(str(surface))
         by_ordinal: dict[int, list[Mention]] = {}
-        for ordinal, cid, key, label, kind, count in mention_rows:
-            concept = Concept(str(key), str(label), kind, tuple(surfaces.get(int(cid), ())))
+        for ordinal, cid, key, label, rank, count in mention_rows:
+            # the mention's own kind: a copy keeps what each chunk called the concept
+            concept = Concept(
+                str(key), str(label), CONCEPT_KINDS[int(rank)], tuple(surfaces.get(int(cid), ()))
+            )
             by_ordinal.setdefault(int(ordinal), []).append(Mention(concept, int(count)))
         out.update(
             assemble_records(

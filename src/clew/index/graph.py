@@ -32,7 +32,7 @@ from clew.ingest.analyze import STOP_WORDS, concept_key, fold_plural, words
 from clew.ingest.concepts import find_identifiers, identifier_shaped
 from clew.links import CONCEPT_PREFIX, split_link
 from clew.protocols import GraphRows
-from clew.types import GraphTrail, LegHit
+from clew.types import CONCEPT_KINDS, KIND_RANK, GraphTrail, LegHit
 
 T = TypeVar("T")
 
@@ -75,9 +75,12 @@ class _FuzzyIndex:
     def size(self) -> int:
         return len(self._keys)
 
-    def cover(self, keys: Sequence[str], kinds: Sequence[str]) -> None:
-        for key, kind in zip(keys, kinds, strict=True):
-            wanted = kind != "identifier" and len(key) >= 5 and fuzzy_linkable(key.split())
+    def cover(self, keys: Sequence[str]) -> None:
+        """Add the variants of ``keys`` it lacks. Of every key, whatever its kind: whether a
+        concept is an identifier (never linked fuzzily) depends on the chunks a caller may see,
+        so lookups check the kind (:meth:`GraphStats.kind`)."""
+        for key in keys:
+            wanted = len(key) >= 5 and fuzzy_linkable(key.split())
             if self._keys.get(key) or (key in self._keys and not wanted):
                 continue
             self._keys[key] = wanted
@@ -95,6 +98,10 @@ class GraphStats:
 
     df: Vector
     n_chunks: int
+    kind_rank: npt.NDArray[np.int8]
+    """Each concept's kind (its rank in :data:`~clew.types.CONCEPT_KINDS`) over the population:
+    the highest its mentions there have, so another tenant's chunk that calls a word an entity
+    does not make it one for this scope (0 where the population does not mention it)."""
     _pagerank: Callable[[], Vector]
     """Computes PageRank on first use (only the graph leg and the feature reranker read it)."""
     _memo: list[Vector] = field(default_factory=list, compare=False)
@@ -105,6 +112,10 @@ class GraphStats:
             self._memo.append(self._pagerank())
         return self._memo[0]
 
+    def kind(self, row: int) -> str:
+        """The kind of the concept in ``row`` over this population."""
+        return CONCEPT_KINDS[int(self.kind_rank[row])]
+
 
 class GraphIndex:
     def __init__(self) -> None:
@@ -112,10 +123,18 @@ class GraphIndex:
         self.keys: list[str] = []
         self.labels: list[str] = []
         self.kinds: list[str] = []
+        """Each concept's kind over the whole graph (as stored: the highest of its mentions')."""
+        self.kind_rank: npt.NDArray[np.int8] = np.zeros(0, dtype=np.int8)
+        """:attr:`kinds` as ranks in :data:`~clew.types.CONCEPT_KINDS`."""
         self.key_to_row: dict[str, int] = {}
         self.concept_ids: list[int] = []
         self.mentions = sp.csr_matrix((0, 0))
-        """concepts × chunks, weight 1 + ln(count)."""
+        """concepts × chunks, weight 1 + ln(count); canonical (sorted indices, no duplicates)."""
+        self.mention_kind: npt.NDArray[np.int8] = np.zeros(0, dtype=np.int8)
+        """The kind rank of each mention, aligned with ``mentions.data``: what the chunk's
+        extraction called the concept (scoped kinds are the highest over a scope's chunks)."""
+        self._named: npt.NDArray[np.int64] | None = None
+        """Positions in ``mentions.data`` of the mentions of a kind above phrase (cached)."""
         self.mentions_csc = sp.csc_matrix((0, 0))
         self.df: Vector = np.zeros(0)
         self.pagerank_chunk: Vector = np.zeros(0)
@@ -156,14 +175,25 @@ class GraphIndex:
             g.key_to_row[key] = r
             g.max_words = max(g.max_words, key.count(" ") + 1)
         n_c = len(live)
-        m_rows, m_cols, m_vals = [], [], []
-        for ordinal, cid, count in rows.mentions:
-            row = row_of_cid.get(cid)
-            if row is not None and ordinal < size:
+        ranks = [KIND_RANK.get(k, 0) for k in g.kinds]
+        g.kind_rank = np.asarray(ranks, dtype=np.int8)
+        m_rows, m_cols, m_vals, m_kinds = [], [], [], []
+        for m in rows.mentions:
+            row = row_of_cid.get(m[1])
+            if row is not None and m[0] < size:
                 m_rows.append(row)
-                m_cols.append(ordinal)
-                m_vals.append(1.0 + math.log(max(count, 1)))
+                m_cols.append(m[0])
+                m_vals.append(1.0 + math.log(max(m[2], 1)))
+                m_kinds.append(m[3] + 1 if len(m) > 3 else ranks[row] + 1)
+        # the same coordinates twice, each made canonical (sorted, (concept, ordinal) unique):
+        # the kinds line up with the weights
         g.mentions = sp.csr_matrix((m_vals, (m_rows, m_cols)), shape=(n_c, size))
+        kinds = sp.csr_matrix((np.asarray(m_kinds, dtype=np.int8), (m_rows, m_cols)), (n_c, size))
+        g.mentions.sum_duplicates()
+        kinds.sum_duplicates()
+        assert np.array_equal(kinds.indices, g.mentions.indices), "mention kinds out of line"
+        g.mention_kind = (kinds.data - 1).astype(np.int8)
+        g._named = np.flatnonzero(g.mention_kind)
         g.mentions_csc = g.mentions.tocsc()
         g.df = np.diff(g.mentions.indptr).astype(np.float64)
         g.n_chunks = len(rows.chunks)
@@ -189,7 +219,7 @@ class GraphIndex:
                 shared = self._fuzzy_index
                 if shared is None or shared.size() > 1.25 * len(self.keys) + 1000:
                     shared = self._fuzzy_index = _FuzzyIndex()  # too many stale keys: anew
-                shared.cover(self.keys, self.kinds)
+                shared.cover(self.keys)
                 self._fuzzy_ready = True
             assert self._fuzzy_index is not None
             return self._fuzzy_index.variants
@@ -296,7 +326,7 @@ class GraphIndex:
         from those documents alone would have: the same numbers, bit for bit."""
         if population is None:
             whole = self.pagerank_chunk
-            return GraphStats(self.df, self.n_chunks, lambda: whole)
+            return GraphStats(self.df, self.n_chunks, self.kind_rank, lambda: whole)
         size = self.mentions.shape[1]
         allow = np.zeros(size, dtype=bool)
         upto = min(size, len(population))
@@ -308,8 +338,32 @@ class GraphIndex:
         m = self.mentions.tocoo()
         inside = allow[m.col]
         df = np.bincount(m.row[inside], minlength=len(self.keys)).astype(np.float64)
+        kinds = np.zeros(len(self.keys), dtype=np.int8)
+        if self._named is None:
+            self._named = np.flatnonzero(self.mention_kind)
+        named = self._named[inside[self._named]]  # most mentions are phrases: only the others
+        for rank in (1, 2):
+            kinds[m.row[named[self.mention_kind[named] == rank]]] = rank
         n_chunks = int(allow.sum())
-        return GraphStats(df, n_chunks, lambda: self._scoped_pagerank(allow, df))
+        return GraphStats(df, n_chunks, kinds, lambda: self._scoped_pagerank(allow, df))
+
+    def scoped_kinds(self, keys: Sequence[str], allowed: Mask) -> dict[str, str]:
+        """Kind of each concept among ``keys`` that an allowed chunk mentions, over the allowed
+        chunks (the others are left out)."""
+        m = self.mentions
+        out: dict[str, str] = {}
+        upto = min(m.shape[1], len(allowed))
+        for key in keys:
+            row = self.key_to_row.get(key)
+            if row is None:
+                continue
+            lo, hi = m.indptr[row], m.indptr[row + 1]
+            cols = m.indices[lo:hi]
+            seen = cols < upto
+            seen[seen] = allowed[cols[seen]]
+            if seen.any():
+                out[key] = CONCEPT_KINDS[int(self.mention_kind[lo:hi][seen].max())]
+        return out
 
     def _scoped_pagerank(self, allow: npt.NDArray[np.bool_], df: Vector) -> Vector:
         """PageRank of the subgraph induced by the allowed chunks, on the ordinal space."""
@@ -378,17 +432,13 @@ class GraphIndex:
             if row in found or concept_df[row] == 0:
                 return
             weight = math.log(1.0 + n_live / concept_df[row])
-            if self.kinds[row] == "phrase" and " " not in self.keys[row]:
+            kind = st.kind(row)
+            if kind == "phrase" and " " not in self.keys[row]:
                 if word_weight <= 0:
                     return
                 weight *= word_weight
             found[row] = LinkedConcept(
-                self.concept_ids[row],
-                self.keys[row],
-                self.labels[row],
-                how,
-                weight,
-                self.kinds[row],
+                self.concept_ids[row], self.keys[row], self.labels[row], how, weight, kind
             )
 
         for surface in find_identifiers(query):
@@ -419,8 +469,8 @@ class GraphIndex:
                 for variant in (key, *_deletions(key)):
                     for found_key in self._fuzzy().get(variant, ()):
                         row = self.key_to_row.get(found_key)
-                        if row is None or self.kinds[row] == "identifier":
-                            continue  # gone since an earlier release, or now an identifier
+                        if row is None or st.kind(row) == "identifier":
+                            continue  # gone since an earlier release, or an identifier
                         if edit_distance_le1(key, self.keys[row]):
                             add(row, "fuzzy")
         return sorted(found.values(), key=lambda c: (-c.weight, c.key))
@@ -582,16 +632,23 @@ def _titled(
 ) -> dict[int, tuple[str, ...]]:
     """Concept row → the documents whose title it is, all of them: how many a caller may see
     (at most :data:`TITLE_MAX_DOCS` for the concept to lead anywhere) is counted per query over
-    the allowed ones. A one-word phrase concept (a common noun: ``overview``) titles nothing."""
+    the allowed ones, and so is whether a one-word concept is a common noun (a phrase, such as
+    ``overview``, titles nothing: :func:`titles_lead`)."""
     about: dict[int, set[str]] = defaultdict(set)
     for doc_id, title in titles:
         if doc_id not in doc_ids:
             continue
         for key in title_keys(title, g.max_words):
             row = g.key_to_row.get(key)
-            if row is not None and (g.kinds[row] != "phrase" or " " in key):
+            if row is not None:
                 about[row].add(doc_id)
     return {r: tuple(sorted(d)) for r, d in about.items()}
+
+
+def titles_lead(g: GraphIndex, row: int, stats: GraphStats) -> bool:
+    """Whether the concept in ``row`` may lead to the documents it titles, for a caller whose
+    population ``stats`` are: a name or a phrase of several words, not a common noun."""
+    return row in g.about and (" " in g.keys[row] or stats.kind(row) != "phrase")
 
 
 def _resolve_links(

@@ -214,7 +214,13 @@ def retrieve(
     if "graph" in chosen.legs and cfg.graph.title_links > 0 and pool:
         t = time.perf_counter()
         pool, brought = title_links(
-            pool, snap.graph_index, allowed, cfg.graph, chunk_id, snap.load_keys
+            pool,
+            snap.graph_index,
+            allowed,
+            cfg.graph,
+            chunk_id,
+            snap.load_keys,
+            None if scoped is None else scoped.graph,
         )
         if brought:
             run.expanded = pool

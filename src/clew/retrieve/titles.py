@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from clew.config import GraphConfig
 from clew.filters import Mask
-from clew.index.graph import TITLE_MAX_DOCS, GraphIndex
+from clew.index.graph import TITLE_MAX_DOCS, GraphIndex, GraphStats, titles_lead
 from clew.retrieve.fuse import Fused
 from clew.types import TITLE_EDGE as EDGE
 from clew.types import Contribution, ExpansionPath, PathStep
@@ -56,16 +56,19 @@ def title_links(
     config: GraphConfig,
     chunk_id: Callable[[int], str],
     load_keys: Callable[[Iterable[int]], None] | None = None,
+    stats: GraphStats | None = None,
 ) -> tuple[list[Fused], int]:
     """The pool with the documents its top hits name by title brought up; and how many were.
     ``mask`` gives the caller's allowed chunks (asked only when a top hit names a title);
-    ``load_keys`` is told the chunks a path names before ``chunk_id`` is asked for them."""
+    ``load_keys`` is told the chunks a path names before ``chunk_id`` is asked for them;
+    ``stats``: the caller's population (whether a one-word concept is a name there)."""
     out = list(pool)
+    st = stats or graph.stats()
     keep = config.title_rank - 1
     col = graph.mentions_csc
     sources = [f.ordinal for f in out[: config.title_sources] if f.ordinal < col.shape[1]]
     if config.title_links <= 0 or not any(
-        int(r) in graph.about
+        titles_lead(graph, int(r), st)
         for o in sources
         for r in col.indices[col.indptr[o] : col.indptr[o + 1]]
     ):
@@ -91,7 +94,7 @@ def title_links(
         lo, hi = col.indptr[o], col.indptr[o + 1]
         for row, weight in zip(col.indices[lo:hi].tolist(), col.data[lo:hi].tolist(), strict=True):
             docs = graph.about.get(row)
-            if not docs:
+            if not docs or not titles_lead(graph, row, st):
                 continue
             targets: list[tuple[str, int]] = []
             for d in docs:

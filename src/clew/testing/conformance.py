@@ -177,6 +177,36 @@ def check_chunk_pages(make_store: Callable[[], Store]) -> None:
     assert {r.source for r in rows.values() if r.doc_id in mine} == set(mine), "its source"
 
 
+def check_concept_kinds(make_store: Callable[[], Store]) -> None:
+    """Each mention keeps the kind its chunk's extraction gave the concept (``graph_rows``); a
+    concept is of the highest kind its live mentions have: a write raises it, and a delete or a
+    replacement that takes away the mention that made it a name lowers it again."""
+    store = make_store()
+
+    def record(doc_id: str, kind: str) -> DocumentRecord:
+        rec = make_record(doc_id, [f"{doc_id} restarted pgbouncer"])
+        concept = Concept("pgbouncer", "pgbouncer" if kind == "phrase" else "PgBouncer", kind)  # type: ignore[arg-type]
+        return replace(rec, mentions=((Mention(concept, 1),),))
+
+    def kinds() -> dict[int, int]:
+        rows = store.graph_rows()
+        (cid,) = [c[0] for c in rows.concepts if c[1] == "pgbouncer"]
+        return {int(m[0]): int(m[3]) for m in rows.mentions if m[1] == cid and len(m) > 3}
+
+    store.write([record("plain", "phrase")])
+    assert store.concept_kinds(["pgbouncer"]) == {"pgbouncer": "phrase"}
+    store.write([record("named", "identifier")])
+    assert store.concept_kinds(["pgbouncer"]) == {"pgbouncer": "identifier"}, "raised"
+    assert sorted(kinds().values()) == [0, 2], f"one phrase and one identifier mention: {kinds()}"
+    store.write([record("named", "entity")])  # replaced: the identifier mention is gone
+    assert store.concept_kinds(["pgbouncer"]) == {"pgbouncer": "entity"}, "lowered by a replace"
+    store.delete(["named"])
+    assert store.concept_kinds(["pgbouncer"]) == {"pgbouncer": "phrase"}, "lowered by a delete"
+    assert list(kinds().values()) == [0], kinds()
+    store.delete(["plain"])
+    assert store.concept_kinds(["pgbouncer"]) == {}, "no mention left: no concept"
+
+
 def check_document_listing(make_store: Callable[[], Store]) -> None:
     """``documents()``: every document once, in bytewise id order, with its chunk count, the
     release that wrote it and its metadata; a scope lists only what it lets through (a field a

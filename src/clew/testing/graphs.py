@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from clew.ingest.analyze import STOP_WORDS, concept_key, words
 from clew.protocols import GraphRows
@@ -39,7 +40,8 @@ def densified(directory: Path, *, label: Callable[[str], str] = str) -> DenseGra
         base = engine.store.graph_rows()
         texts = {o: r.text for o, r in engine.store.fetch([o for o, _, _ in base.chunks]).items()}
     concepts = [(int(a), str(b), str(c), str(d)) for a, b, c, d in base.concepts]
-    mentions = [(int(o), int(c), int(n)) for o, c, n in base.mentions]
+    # (ordinal, concept, count, kind): added phrases are mentioned as phrases (their kind)
+    mentions: list[Any] = [tuple(int(v) for v in m) for m in base.mentions]
     taken = {c[1] for c in concepts}
     per_chunk: dict[int, Counter[str]] = {}
     for o, text in texts.items():

@@ -899,6 +899,51 @@ def check_snapshot_view(open_engine: OpenEngine) -> None:
         fx.close()
 
 
+def check_snapshot_kinds(open_engine: OpenEngine) -> None:
+    """``link`` with a scope's statistics gives each concept the kind its mentions in the scope
+    have: ``pgbouncer``, a phrase in acme's chunk and an identifier in globex's, is an
+    identifier unscoped and a phrase for acme, as in an index of acme's chunks alone. Written
+    as records (the fixture's extractor finds identifiers only)."""
+    from clew.testing.conformance import make_record
+    from clew.types import Concept, Mention
+
+    engine = open_engine(SNAPSHOT_CONFIG)
+    name = type(engine.snapshot()).__name__
+    try:
+        # a document through ingest first: the index then knows its embedder and dimension
+        engine.ingest([_doc("filler", "Filler", {"tenant": "initech"}, [], "nothing here")])
+        dim = int(engine.encoder.dim)  # type: ignore[attr-defined]
+
+        def record(doc_id: str, tenant: str, kind: str, label: str) -> Any:
+            rec = make_record(doc_id, [f"{doc_id} restarted {label}"], dim=dim)
+            rec = replace(rec, document=replace(rec.document, metadata={"tenant": tenant}))
+            return replace(rec, mentions=((Mention(Concept("pgbouncer", label, kind), 1),),))  # type: ignore[arg-type]
+
+        engine.store.write(
+            [
+                record("theirs", "globex", "identifier", "PgBouncer"),
+                record("mine", "acme", "phrase", "pgbouncer"),
+                record("other", "acme", "phrase", "pooler"),
+            ]
+        )
+        snap = engine.snapshot()
+        cfg = engine.config.graph
+        scope = parse_filter({"tenant": "acme"})
+        stats = snap.scope_stats(filter_key(scope))
+        where = snap.where(None, scope)
+        whole = _answer(
+            f"{name}.link", partial(snap.link, "pgbouncer", cfg, snap.where(None, None), None)
+        )
+        mine = _answer(f"{name}.link [acme]", partial(snap.link, "pgbouncer", cfg, where, stats))
+        assert [c.kind for c in whole] == ["identifier"], f"{name}.link unscoped: {whole}"
+        assert [c.kind for c in mine] == ["phrase"], (
+            f"{name}.link for acme: {mine}; expected a phrase: only globex's chunk calls "
+            "pgbouncer an identifier"
+        )
+    finally:
+        engine.close()
+
+
 def check_snapshot(open_engine: OpenEngine) -> None:
     """Every Snapshot check, each on a fresh engine."""
     check_snapshot_filters(open_engine)
@@ -907,3 +952,4 @@ def check_snapshot(open_engine: OpenEngine) -> None:
     check_snapshot_dead_chunks(open_engine)
     check_snapshot_release(open_engine)
     check_snapshot_view(open_engine)
+    check_snapshot_kinds(open_engine)

@@ -18,8 +18,10 @@ import scipy.sparse as sp
 
 from clew.backends.embedded.files import Origin, Source, load_saved, saving
 from clew.index.graph import GraphIndex
+from clew.types import KIND_RANK
 
-FORMAT = "clew-graph/2"
+FORMAT = "clew-graph/3"
+"""3: each mention's kind (``mention_kind``), so a scope's concept kinds are its own."""
 
 
 def save_graph(graph: GraphIndex, directory: Path, origin: Origin | None = None) -> None:
@@ -46,6 +48,7 @@ def save_graph(graph: GraphIndex, directory: Path, origin: Origin | None = None)
             data=m.data,
             indices=m.indices,
             indptr=m.indptr,
+            mention_kind=graph.mention_kind,
             shape=np.array(m.shape),
             df=graph.df,
             pr_chunk=graph.pagerank_chunk,
@@ -86,6 +89,9 @@ def _read(meta: dict[str, Any], file: Callable[[str], Path]) -> GraphIndex | Non
     g.next_chunk = {int(a): int(b) for a, b in meta["next_chunk"]}
     shape = (int(arrays["shape"][0]), int(arrays["shape"][1]))
     g.mentions = sp.csr_matrix((arrays["data"], arrays["indices"], arrays["indptr"]), shape=shape)
+    g.mentions.has_canonical_format = True  # saved from a canonical matrix (checksummed)
+    g.mention_kind = arrays["mention_kind"].astype(np.int8)
+    g.kind_rank = np.asarray([KIND_RANK.get(k, 0) for k in g.kinds], dtype=np.int8)
     g.mentions_csc = g.mentions.tocsc()
     g.df = arrays["df"]
     g.pagerank_chunk, g.pagerank_concept = arrays["pr_chunk"], arrays["pr_concept"]
@@ -94,6 +100,7 @@ def _read(meta: dict[str, Any], file: Callable[[str], Path]) -> GraphIndex | Non
         or len(g.df) != shape[0]
         or len(g.labels) != shape[0]
         or len(g.kinds) != shape[0]
+        or len(g.mention_kind) != len(g.mentions.data)
         or len(g.concept_ids) != shape[0]
         or len(g.key_to_row) != shape[0]
         or len(g.pagerank_concept) != shape[0]

@@ -3,14 +3,17 @@
 ``SCHEMA`` is run on every writable open (``CREATE ... IF NOT EXISTS``): a new index gets every
 table; an existing one keeps its tables, and a column added since it was made comes from
 :func:`add_page_column` (a nullable ``ALTER TABLE ... ADD COLUMN``, cheap in SQLite: no table
-rewrite). A read-only open changes nothing: readers ask :func:`columns` what is there.
+rewrite) and :func:`add_mention_kind` (each mention's kind, filled from its concept's). A
+read-only open changes nothing: readers ask :func:`columns` what is there.
 """
 
 from __future__ import annotations
 
 import sqlite3
 
-__all__ = ["SCHEMA", "add_page_column", "columns"]
+from clew.types import KIND_SQL
+
+__all__ = ["SCHEMA", "add_mention_kind", "add_page_column", "columns"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -51,9 +54,9 @@ CREATE TABLE IF NOT EXISTS mentions (
     ordinal INTEGER NOT NULL REFERENCES chunks(ordinal) ON DELETE CASCADE,
     concept_id INTEGER NOT NULL REFERENCES concepts(concept_id),
     count INTEGER NOT NULL,
+    kind INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (ordinal, concept_id)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS mentions_concept ON mentions(concept_id);
 CREATE TABLE IF NOT EXISTS concept_aliases (
     concept_id INTEGER NOT NULL REFERENCES concepts(concept_id) ON DELETE CASCADE,
     surface TEXT NOT NULL,
@@ -98,3 +101,27 @@ def add_page_column(conn: sqlite3.Connection) -> None:
     except sqlite3.OperationalError as exc:  # another process added it meanwhile
         if "duplicate column" not in str(exc):
             raise
+
+
+def add_mention_kind(conn: sqlite3.Connection) -> None:
+    """Give ``mentions`` its ``kind`` column (the kind that chunk's extraction gave the concept,
+    as a rank in :data:`clew.types.CONCEPT_KINDS`; a concept's kind is the highest of its
+    mentions'), filled from the concept's kind for an index made before mentions had one, and
+    the ``(concept_id, kind)`` index that finds a concept's highest kind after a delete."""
+    if "kind" not in columns(conn, "mentions"):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if "kind" not in columns(conn, "mentions"):  # not added by another process meanwhile
+                conn.execute("ALTER TABLE mentions ADD COLUMN kind INTEGER NOT NULL DEFAULT 0")
+                conn.execute(
+                    "UPDATE mentions SET kind = (SELECT "
+                    + KIND_SQL.format("c.kind")
+                    + " FROM concepts c WHERE c.concept_id = mentions.concept_id) "
+                    "WHERE concept_id IN (SELECT concept_id FROM concepts WHERE kind <> 'phrase')"
+                )
+                conn.execute("DROP INDEX IF EXISTS mentions_concept")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    conn.execute("CREATE INDEX IF NOT EXISTS mentions_kind ON mentions(concept_id, kind)")

@@ -61,11 +61,11 @@ import numpy as np
 import numpy.typing as npt
 
 from clew.backends.embedded.files import Origin, recorded_origins
-from clew.backends.embedded.schema import SCHEMA, add_page_column, columns
+from clew.backends.embedded.schema import SCHEMA, add_mention_kind, add_page_column, columns
 from clew.errors import IndexNotFoundError, StoreError
 from clew.filters import MetadataColumns, Node
 from clew.protocols import ChunkRow, DocumentRecord, GraphRows, Matrix
-from clew.types import DocumentSummary
+from clew.types import KIND_OF_RANK_SQL, KIND_RANK, KIND_SQL, DocumentSummary
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +77,6 @@ SYNCHRONOUS = "FULL"
 
 _LIST_BATCH = 500
 """Documents read per query by :meth:`SQLiteStore.documents` (a scope is evaluated per batch)."""
-
-_KIND_RANK = {"phrase": 0, "entity": 1, "identifier": 2}
-"""A concept's kind only ever moves up this order (identifier wins)."""
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -167,6 +164,7 @@ class SQLiteStore:
         """Why writes are refused (None: the index is writable)."""
         self._local = threading.local()
         self._has_page: bool | None = None
+        self._has_mention_kind: bool | None = None
         self.store_id: str | None = None
         """This store's random id (None only for a store made before ids, opened read-only)."""
         # what the derived manifests say was committed: read BEFORE the store, since a manifest
@@ -200,6 +198,7 @@ class SQLiteStore:
                     raise
                 raise StoreError(f"{str(self.path)!r} is not a clew index: {exc}") from exc
             add_page_column(conn)
+            add_mention_kind(conn)
         if version is None:
             self._init_meta({"schema_version": SCHEMA_VERSION, "release": "0"})
         elif version != SCHEMA_VERSION:
@@ -216,6 +215,16 @@ class SQLiteStore:
         if self._has_page is None:
             self._has_page = "page" in columns(self._conn(), "chunks")
         return f"{alias}.page" if self._has_page else "NULL"
+
+    def _mention_kind(self, alias: str) -> str:
+        """``alias.kind``, or its concept's kind for a read-only store made before mentions had
+        kinds."""
+        if self._has_mention_kind is None:
+            self._has_mention_kind = "kind" in columns(self._conn(), "mentions")
+        if self._has_mention_kind:
+            return f"{alias}.kind"
+        kind = KIND_SQL.format("c.kind")
+        return f"(SELECT {kind} FROM concepts c WHERE c.concept_id = {alias}.concept_id)"
 
     def _init_meta(self, values: Mapping[str, str]) -> None:
         """Add ``values`` and a fresh ``store_id`` where absent (never replaces: two processes
@@ -422,14 +431,16 @@ class SQLiteStore:
                                 conn, m.concept.key, m.concept.label, m.concept.kind
                             )
                             concept_ids[m.concept.key] = cid
-                        rows.append((ordinal, cid, m.count))
+                        rows.append((ordinal, cid, m.count, KIND_RANK.get(m.concept.kind, 0)))
                         conn.executemany(
                             "INSERT OR IGNORE INTO concept_aliases(concept_id, surface) "
                             "VALUES (?, ?)",
                             [(cid, a) for a in (m.concept.label, *m.concept.aliases) if a],
                         )
                     conn.executemany(
-                        "INSERT INTO mentions(ordinal, concept_id, count) VALUES (?, ?, ?)", rows
+                        "INSERT INTO mentions(ordinal, concept_id, count, kind) "
+                        "VALUES (?, ?, ?, ?)",
+                        rows,
                     )
                     added += 1
             self._bump(conn, release, added, removed)
@@ -439,7 +450,7 @@ class SQLiteStore:
     def _concept_id(conn: sqlite3.Connection, key: str, label: str, kind: str) -> int:
         row = conn.execute("SELECT concept_id, kind FROM concepts WHERE key = ?", (key,)).fetchone()
         if row is not None:
-            if _KIND_RANK.get(kind, 0) > _KIND_RANK.get(str(row[1]), 0):
+            if KIND_RANK.get(kind, 0) > KIND_RANK.get(str(row[1]), 0):
                 # seen as a phrase first, now as an identifier: it is a name
                 conn.execute("UPDATE concepts SET kind = ? WHERE concept_id = ?", (kind, row[0]))
             return int(row[0])
@@ -493,6 +504,16 @@ class SQLiteStore:
             conn.execute(
                 f"DELETE FROM concepts WHERE concept_id IN ({marks}) AND NOT EXISTS "
                 "(SELECT 1 FROM mentions m WHERE m.concept_id = concepts.concept_id)",
+                part,
+            )
+            # a concept is of the highest kind its live mentions have: the chunk that made a
+            # word a name may be the one gone (mentions_kind answers each from the index)
+            highest = KIND_OF_RANK_SQL.format(
+                "(SELECT max(m.kind) FROM mentions m WHERE m.concept_id = concepts.concept_id)"
+            )
+            conn.execute(
+                f"UPDATE concepts SET kind = {highest} WHERE concept_id IN ({marks}) "
+                f"AND kind <> 'phrase' AND kind <> {highest}",
                 part,
             )
         return len(ordinals)
@@ -761,7 +782,9 @@ class SQLiteStore:
         conn = self._conn()
         return GraphRows(
             concepts=conn.execute("SELECT concept_id, key, label, kind FROM concepts").fetchall(),
-            mentions=conn.execute("SELECT ordinal, concept_id, count FROM mentions").fetchall(),
+            mentions=conn.execute(
+                f"SELECT ordinal, concept_id, count, {self._mention_kind('mentions')} FROM mentions"
+            ).fetchall(),
             chunks=conn.execute("SELECT ordinal, doc_id, seq FROM chunks").fetchall(),
             links=conn.execute("SELECT doc_id, target FROM links").fetchall(),
             titles=conn.execute("SELECT doc_id, title FROM documents").fetchall(),

@@ -462,7 +462,7 @@ class PgGraph:
                         "SELECT concept_id, key, label, kind FROM concepts ORDER BY concept_id"
                     ).fetchall(),
                     mentions=conn.execute(
-                        "SELECT ordinal, concept_id, count FROM mentions "
+                        "SELECT ordinal, concept_id, count, kind FROM mentions "
                         "ORDER BY ordinal, concept_id"
                     ).fetchall(),
                     chunks=conn.execute(

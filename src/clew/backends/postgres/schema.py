@@ -147,6 +147,16 @@ MIGRATIONS: tuple[str, ...] = (
         release bigint NOT NULL
     );
     """,
+    # 6: each mention's kind (what that chunk's extraction called the concept, a rank in
+    # clew.types.CONCEPT_KINDS), so a scope's concept kinds are its own and a delete lowers a
+    # concept's kind to the highest left; older mentions take their concept's kind
+    """
+    ALTER TABLE mentions ADD COLUMN kind smallint NOT NULL DEFAULT 0;
+    UPDATE mentions m SET kind = CASE k.kind WHEN 'identifier' THEN 2 ELSE 1 END
+        FROM concepts k WHERE k.concept_id = m.concept_id AND k.kind <> 'phrase';
+    DROP INDEX mentions_concept;
+    CREATE INDEX mentions_concept ON mentions(concept_id, ordinal) INCLUDE (count, kind);
+    """,
 )
 
 

@@ -49,7 +49,7 @@ from clew.backends.records import assemble_records
 from clew.errors import StoreError
 from clew.filters import Node
 from clew.protocols import ChunkRow, DocumentRecord, GraphRows, Matrix
-from clew.types import Concept, DocumentSummary, Mention
+from clew.types import CONCEPT_KINDS, Concept, DocumentSummary, Mention
 
 log = logging.getLogger(__name__)
 
@@ -566,8 +566,10 @@ class PostgresStore:
                     )
                 ],
                 mentions=[
-                    (int(a), int(b), int(c))
-                    for a, b, c in conn.execute("SELECT ordinal, concept_id, count FROM mentions")
+                    (int(a), int(b), int(c), int(d))
+                    for a, b, c, d in conn.execute(
+                        "SELECT ordinal, concept_id, count, kind FROM mentions"
+                    )
                 ],
                 chunks=[
                     (int(a), str(b), int(c))
@@ -595,8 +597,8 @@ class PostgresStore:
 
     def records(self, doc_ids: Sequence[str]) -> list[DocumentRecord]:
         """The stored documents among ``doc_ids`` as full records (chunks in ordinal order,
-        tokens, vectors, mentions with each concept's stored label, kind and aliases), in the
-        order given; what :meth:`write` would store again."""
+        tokens, vectors, mentions with each concept's stored label and aliases and the
+        mention's own kind), in the order given; what :meth:`write` would store again."""
         ids = list(dict.fromkeys(doc_ids))
         if not ids:
             return []
@@ -621,7 +623,7 @@ class PostgresStore:
                     (ids,),
                 ).fetchall()
             mention_rows = conn.execute(
-                "SELECT m.ordinal, c.key, c.label, c.kind, m.count, "
+                "SELECT m.ordinal, c.key, c.label, m.kind, m.count, "
                 'COALESCE((SELECT array_agg(a.surface ORDER BY a.surface COLLATE "C") '
                 "FROM concept_aliases a WHERE a.concept_id = c.concept_id), '{}') "
                 "FROM mentions m JOIN concepts c USING (concept_id) JOIN chunks k USING (ordinal) "
@@ -629,7 +631,9 @@ class PostgresStore:
                 (ids,),
             ).fetchall()
         by_ordinal: dict[int, list[Mention]] = {}
-        for ordinal, key, label, kind, count, surfaces in mention_rows:
+        for ordinal, key, label, rank, count, surfaces in mention_rows:
+            # the mention's own kind: a copy keeps what each chunk called the concept
+            kind = CONCEPT_KINDS[int(rank)]
             concept = Concept(str(key), str(label), kind, tuple(str(s) for s in surfaces))
             by_ordinal.setdefault(int(ordinal), []).append(Mention(concept, int(count)))
         out = assemble_records(

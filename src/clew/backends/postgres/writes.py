@@ -29,14 +29,12 @@ from clew.backends.postgres.schema import Conn, dimension_ddl
 from clew.errors import StoreError
 from clew.filters import parse_time
 from clew.protocols import DocumentRecord
+from clew.types import KIND_OF_RANK_SQL, KIND_RANK, KIND_SQL
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_KIND_RANK = {"phrase": 0, "entity": 1, "identifier": 2}
-"""A concept's kind only ever moves up this order (identifier wins), as in SQLite."""
-_KIND_SQL = "CASE {} WHEN 'identifier' THEN 2 WHEN 'entity' THEN 1 ELSE 0 END"
 
 _RETRIES = 6
 """Attempts for a write that hits a serialization failure or a deadlock."""
@@ -287,7 +285,7 @@ def _insert(conn: Conn, records: list[DocumentRecord], release: int) -> tuple[in
                 seen = concepts.get(c.key)
                 if seen is None:
                     concepts[c.key] = (c.label, c.kind)
-                elif _KIND_RANK.get(c.kind, 0) > _KIND_RANK.get(seen[1], 0):
+                elif KIND_RANK.get(c.kind, 0) > KIND_RANK.get(seen[1], 0):
                     concepts[c.key] = (seen[0], c.kind)
                 for a in (c.label, *c.aliases):
                     if a:
@@ -319,7 +317,7 @@ def _insert(conn: Conn, records: list[DocumentRecord], release: int) -> tuple[in
                 cp.set_types(["text", "text"])
                 for row in links:
                     cp.write_row(row)
-        mentions: list[tuple[int, int, int]] = []
+        mentions: list[tuple[int, int, int, int]] = []
         changes: list[tuple[int, str, int]] = []
         if n:
             with cur.copy(
@@ -361,7 +359,8 @@ def _insert(conn: Conn, records: list[DocumentRecord], release: int) -> tuple[in
                         )
                         changes.append((release, d.doc_id, ordinal))
                         for m in rec.mentions[i]:
-                            mentions.append((ordinal, ids[m.concept.key], m.count))
+                            kind = KIND_RANK.get(m.concept.kind, 0)
+                            mentions.append((ordinal, ids[m.concept.key], m.count, kind))
             with cur.copy(
                 "COPY changes(release, op, doc_id, ordinal) FROM STDIN (FORMAT BINARY)"
             ) as cp:
@@ -370,9 +369,9 @@ def _insert(conn: Conn, records: list[DocumentRecord], release: int) -> tuple[in
                     cp.write_row((rel, "add", doc_id, ordinal))
         if mentions:
             with cur.copy(
-                "COPY mentions(ordinal, concept_id, count) FROM STDIN (FORMAT BINARY)"
+                "COPY mentions(ordinal, concept_id, count, kind) FROM STDIN (FORMAT BINARY)"
             ) as cp:
-                cp.set_types(["int8", "int8", "int4"])
+                cp.set_types(["int8", "int8", "int4", "int2"])
                 for mention in mentions:
                     cp.write_row(mention)
         if aliases:
@@ -393,9 +392,9 @@ def _concept_ids(conn: Conn, concepts: dict[str, tuple[str, str]]) -> dict[str, 
         "INSERT INTO concepts AS c (key, label, kind) "
         "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]) "
         "ON CONFLICT (key) DO UPDATE SET kind = EXCLUDED.kind WHERE "
-        + _KIND_SQL.format("EXCLUDED.kind")
+        + KIND_SQL.format("EXCLUDED.kind")
         + " > "
-        + _KIND_SQL.format("c.kind"),
+        + KIND_SQL.format("c.kind"),
         (keys, [concepts[k][0] for k in keys], [concepts[k][1] for k in keys]),
     )
     rows = conn.execute(
@@ -450,6 +449,16 @@ def _delete_docs(conn: Conn, doc_ids: list[str], release: int) -> int:
         conn.execute(
             "DELETE FROM concepts c WHERE c.concept_id = ANY(%s) AND NOT EXISTS "
             "(SELECT 1 FROM mentions m WHERE m.concept_id = c.concept_id)",
+            (concept_ids,),
+        )
+        # a concept is of the highest kind its live mentions have: the chunk that made a word
+        # a name may be the one gone
+        conn.execute(
+            "UPDATE concepts c SET kind = x.kind FROM (SELECT m.concept_id, "
+            + KIND_OF_RANK_SQL.format("max(m.kind)")
+            + " AS kind FROM mentions m WHERE m.concept_id IN (SELECT concept_id FROM concepts "
+            "WHERE concept_id = ANY(%s) AND kind <> 'phrase') GROUP BY m.concept_id) AS x "
+            "WHERE c.concept_id = x.concept_id AND c.kind <> x.kind",
             (concept_ids,),
         )
     return removed
