@@ -16,7 +16,8 @@ worktree of the commit before) the baseline:
 - ``SQLiteStore.delete`` of one document at a time (``--deletes`` of them) from an index of
   ``--docs`` documents that all mention one identifier hub and a few rarer ones.
 
-Usage: ``python bench/concept_kinds.py --baseline ../clew-before/src``
+Usage: ``git worktree add DIR <commit before>``, then
+``python bench/concept_kinds.py --baseline DIR/src``
 """
 
 from __future__ import annotations
