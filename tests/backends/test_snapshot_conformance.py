@@ -19,9 +19,11 @@ from clew.testing.fakes import FakeHashEncoder
 from clew.testing.snapshot_conformance import (
     check_snapshot_dead_chunks,
     check_snapshot_filters,
-    check_snapshot_kinds,
     check_snapshot_legs,
     check_snapshot_lookups,
+)
+from clew.testing.snapshot_releases import (
+    check_snapshot_kinds,
     check_snapshot_release,
     check_snapshot_view,
 )

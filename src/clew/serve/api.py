@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -36,12 +35,7 @@ from clew.config import EngineConfig
 from clew.engine import Engine
 from clew.errors import (
     ClewError,
-    ConfigError,
-    FilterError,
-    IndexNotFoundError,
-    LLMError,
     LoadError,
-    ModelError,
     QueryError,
     StoreError,
 )
@@ -67,6 +61,7 @@ from clew.serve.dto import (
     SearchRequest,
     SimilarResponse,
 )
+from clew.serve.errors import install_errors, invalid, located, refused
 from clew.serve.jobs import FOREIGN_ID, JobManager, ProcessWriter, foreign_ids
 from clew.serve.metrics import CONTENT_TYPE, Metrics
 from clew.serve.settings import ServeSettings
@@ -206,54 +201,6 @@ def _file_version(path: Path) -> tuple[int, int, int]:
     return (st.st_mtime_ns, st.st_ino, st.st_size)
 
 
-def _field_error(loc: list[str | int], message: str, status: int = 422) -> JSONResponse:
-    return JSONResponse(
-        {"detail": [{"loc": loc, "msg": message, "type": "value_error"}]}, status_code=status
-    )
-
-
-_KEY = r"'(?P<key>[^'\\]*)'"
-_MEMORY_ERRORS: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = (
-    (re.compile(r"^memory text"), ("text",)),
-    (re.compile(r"^session="), ("session",)),
-    (re.compile(r"^timestamp"), ("time",)),
-    (re.compile(rf"^metadata key {_KEY}"), ("metadata", "{key}")),
-    (re.compile(r"^metadata\.(?P<key>[^=\s\[.]+)"), ("metadata", "{key}")),
-    (re.compile(r"^metadata\b"), ("metadata",)),
-    (re.compile(r"^relations\[(?P<i>\d+)\]"), ("relations", "{i}")),
-    (re.compile(r"^relation"), ("relations",)),
-    (re.compile(r"^(?P<name>since|until|as_of)="), ("{name}",)),
-    (re.compile(r"^k="), ("k",)),
-    (re.compile(r"^query"), ("query",)),
-)
-"""Where a memory or recall error points: its message's leading field (clew.memory and
-Engine.recall name the field first), as a request location under ``body``."""
-
-
-def _located(exc: QueryError) -> RequestValidationError:
-    """A memory or recall QueryError as a 422 whose ``loc`` names the field at fault."""
-    message = str(exc)
-    loc: list[str | int] = ["body"]
-    for pattern, parts in _MEMORY_ERRORS:
-        m = pattern.match(message)
-        if m is not None:
-            groups = m.groupdict()
-            for part in parts:
-                value = part.format(**groups)
-                loc.append(int(value) if value.isdigit() and part == "{i}" else value)
-            break
-    return RequestValidationError([{"loc": tuple(loc), "msg": message, "type": "value_error"}])
-
-
-def _invalid(loc: tuple[str | int, ...], message: str) -> RequestValidationError:
-    """A 422 for the request field at ``loc`` (FastAPI's shape)."""
-    return RequestValidationError([{"loc": loc, "msg": message, "type": "value_error"}])
-
-
-def _refused(exc: WriteRefused) -> HTTPException:
-    return HTTPException(403, str(exc))
-
-
 def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI:
     """The API over ``engine`` (or the engine at ``settings.index``, opened here and closed on
     shutdown). State is built eagerly, so in-process clients need no lifespan events."""
@@ -314,7 +261,7 @@ def create_app(settings: ServeSettings, engine: Engine | None = None) -> FastAPI
     app.state.clew = state
     install_docs(app)
     _install_middleware(app, state)
-    _install_errors(app)
+    install_errors(app)
     _install_routes(app, state)
     return app
 
@@ -336,55 +283,6 @@ def _install_middleware(app: FastAPI, state: ServiceState) -> None:
             )
 
     app.add_middleware(BodyLimit, limit=state.settings.max_body_bytes)
-
-
-def _install_errors(app: FastAPI) -> None:
-    @app.exception_handler(FilterError)
-    async def bad_filter(request: Request, exc: FilterError) -> JSONResponse:
-        return _field_error(["body", "filter"], str(exc))
-
-    @app.exception_handler(QueryError)
-    async def bad_query(request: Request, exc: QueryError) -> JSONResponse:
-        message = str(exc)
-        field = "k" if message.startswith("k=") else "query"
-        return _field_error(["body", field], message)
-
-    @app.exception_handler(ConfigError)
-    async def bad_config(request: Request, exc: ConfigError) -> JSONResponse:
-        return _field_error(["body"], str(exc))
-
-    @app.exception_handler(IndexNotFoundError)
-    async def no_index(request: Request, exc: IndexNotFoundError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
-
-    @app.exception_handler(StoreError)
-    async def store_error(request: Request, exc: StoreError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=409)
-
-    @app.exception_handler(LLMError)
-    async def llm_error(request: Request, exc: LLMError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=502)
-
-    @app.exception_handler(ModelError)
-    async def model_error(request: Request, exc: ModelError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
-
-    @app.exception_handler(ClewError)
-    async def clew_error(request: Request, exc: ClewError) -> JSONResponse:
-        return _field_error(["body"], str(exc))
-
-    @app.exception_handler(RecursionError)
-    async def too_deep(request: Request, exc: RecursionError) -> JSONResponse:
-        return _field_error(["body"], "JSON is nested too deeply", 400)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # FastAPI's shape, without echoing the input back (it may be large or sensitive)
-        errors = [
-            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-            for e in exc.errors()
-        ]
-        return JSONResponse({"detail": errors}, status_code=422)
 
 
 def _optional_principal(request: Request) -> Principal | None:
@@ -578,12 +476,12 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
                         d.id, d.text, title=d.title, metadata=d.metadata, links=d.links
                     )
                 except LoadError as exc:
-                    raise _invalid(("body", "documents", i, "text"), str(exc)) from None
+                    raise invalid(("body", "documents", i, "text"), str(exc)) from None
                 reserved = sorted(set(doc.metadata) & set(RESERVED_KEYS))
                 if reserved:
                     key = reserved[0]
                     in_request = key in d.metadata
-                    raise _invalid(
+                    raise invalid(
                         ("body", "documents", i, *(("metadata", key) if in_request else ("text",))),
                         f"metadata key {key!r}{'' if in_request else ' (front matter)'} is "
                         f"reserved for memories; allowed: any key except "
@@ -598,7 +496,7 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
                     raise HTTPException(403, f"document {d.id!r}: {exc}") from None
                 doc = replace(doc, doc_id=own_id(engine, d.id, caller.scope, namespace))
                 if doc.doc_id in landed:
-                    raise _invalid(
+                    raise invalid(
                         ("body", "documents", i, "id"),
                         f"id {d.id!r} names the same document as documents[{landed[doc.doc_id]}] "
                         f"({doc.doc_id!r}); allowed: one entry per document in a batch",
@@ -664,13 +562,13 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
                     namespace=namespace,
                 )
             except QueryError as exc:
-                raise _located(exc) from None
+                raise located(exc) from None
             if scope is not None:  # a scoped writer (admin or not) writes inside its scope
                 try:
                     caller.check_write(body.metadata or {}, access)
                     caller.check_visible(doc.metadata, "memory")
                 except WriteRefused as exc:
-                    raise _refused(exc) from None
+                    raise refused(exc) from None
                 for (_, target), given in zip(relations, body.relations, strict=True):
                     if (
                         not target.startswith("concept:")
@@ -690,7 +588,7 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
                     namespace=namespace,
                 )
             except QueryError as exc:
-                raise _located(exc) from None
+                raise located(exc) from None
 
         memory_id = await state.call(write, read=False)
         log.info("memory %s stored by %s", memory_id, caller.name)
@@ -714,7 +612,7 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
                     caller=caller.name,
                 ).to_dict()
             except QueryError as exc:
-                raise _located(exc) from None
+                raise located(exc) from None
 
         result: dict[str, Any] = await state.call(run, retrieval=True)
         state.metrics.observe_result("recall", result)
