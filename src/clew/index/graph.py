@@ -175,8 +175,8 @@ class GraphIndex:
             g.key_to_row[key] = r
             g.max_words = max(g.max_words, key.count(" ") + 1)
         n_c = len(live)
-        ranks = [KIND_RANK.get(k, 0) for k in g.kinds]
-        g.kind_rank = np.asarray(ranks, dtype=np.int8)
+        g.kind_rank = kind_ranks(g.kinds)
+        ranks = g.kind_rank.tolist()
         m_rows, m_cols, m_vals, m_kinds = [], [], [], []
         for m in rows.mentions:
             row = row_of_cid.get(m[1])
@@ -193,7 +193,6 @@ class GraphIndex:
         kinds.sum_duplicates()
         assert np.array_equal(kinds.indices, g.mentions.indices), "mention kinds out of line"
         g.mention_kind = (kinds.data - 1).astype(np.int8)
-        g._named = np.flatnonzero(g.mention_kind)
         g.mentions_csc = g.mentions.tocsc()
         g.df = np.diff(g.mentions.indptr).astype(np.float64)
         g.n_chunks = len(rows.chunks)
@@ -643,6 +642,11 @@ def _titled(
             if row is not None:
                 about[row].add(doc_id)
     return {r: tuple(sorted(d)) for r, d in about.items()}
+
+
+def kind_ranks(kinds: Sequence[str]) -> npt.NDArray[np.int8]:
+    """Kinds as ranks in :data:`~clew.types.CONCEPT_KINDS` (an unknown kind: a phrase)."""
+    return np.asarray([KIND_RANK.get(k, 0) for k in kinds], dtype=np.int8)
 
 
 def titles_lead(g: GraphIndex, row: int, stats: GraphStats) -> bool:

@@ -17,8 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from clew.backends.embedded.files import Origin, Source, load_saved, saving
-from clew.index.graph import GraphIndex
-from clew.types import KIND_RANK
+from clew.index.graph import GraphIndex, kind_ranks
 
 FORMAT = "clew-graph/3"
 """3: each mention's kind (``mention_kind``), so a scope's concept kinds are its own."""
@@ -91,7 +90,7 @@ def _read(meta: dict[str, Any], file: Callable[[str], Path]) -> GraphIndex | Non
     g.mentions = sp.csr_matrix((arrays["data"], arrays["indices"], arrays["indptr"]), shape=shape)
     g.mentions.has_canonical_format = True  # saved from a canonical matrix (checksummed)
     g.mention_kind = arrays["mention_kind"].astype(np.int8)
-    g.kind_rank = np.asarray([KIND_RANK.get(k, 0) for k in g.kinds], dtype=np.int8)
+    g.kind_rank = kind_ranks(g.kinds)
     g.mentions_csc = g.mentions.tocsc()
     g.df = arrays["df"]
     g.pagerank_chunk, g.pagerank_concept = arrays["pr_chunk"], arrays["pr_concept"]
