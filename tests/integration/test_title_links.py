@@ -76,13 +76,13 @@ def test_named_document_joins_with_its_path_and_plan(fake_engine: Engine) -> Non
     assert LEG in {c.leg for c in linked.contributions}
     (path,) = [p for p in linked.expansion if p.steps[0].edge == EDGE]
     assert path.seed == result.hits[0].chunk_id
-    assert (path.steps[0].via, path.steps[0].to) == ("ERR-4012", linked.chunk_id)
+    assert (path.steps[0].via, path.steps[0].to) == ("err-4012", linked.chunk_id)
     steps = [s.step for s in result.route.plan]
     assert "graph.titles" in steps
     (step,) = [t for t in why(linked, [], None)["trail"] if t["from"] == "title link"]
     assert step["seed"] == path.seed
     assert trail_text(step) == (
-        f"seed {path.seed} → ABOUT 'ERR-4012' → {linked.chunk_id} → document code"
+        f"seed {path.seed} → ABOUT 'err-4012' → {linked.chunk_id} → document code"
     )
 
 

@@ -133,7 +133,18 @@ def test_named_document_joins_at_title_rank_with_its_path() -> None:
     assert part.rank == 3 and part.fused_part == pytest.approx(linked.score)
     (path,) = linked.expansion
     assert path.seed == "c0" and path.hops == 1 and path.by_title
-    assert [(s.edge, s.via, s.to) for s in path.steps] == [(EDGE, "Maximum Overdrive", "c4")]
+    assert [(s.edge, s.via, s.to) for s in path.steps] == [(EDGE, "maximum overdrive", "c4")]
+
+
+def test_the_path_names_the_concept_by_its_key_not_by_whoever_wrote_it_first() -> None:
+    # the stored label is the first surface form written, perhaps by another tenant
+    # ("MAXIMUM OVERDRIVE"): the path of a caller's title link must not show it
+    shouted = [(1, "maximum overdrive", "MAXIMUM OVERDRIVE", "entity"), *CONCEPTS[1:]]
+    g = GraphIndex.build(GraphRows(shouted, MENTIONS, CHUNKS, [], TITLES), len(CHUNKS), 1)
+    mask = np.ones(len(CHUNKS), dtype=bool)
+    out, _ = title_links(pool(), g, lambda: mask, GraphConfig(), ids)  # type: ignore[arg-type]
+    assert out == run()[0]
+    assert out[2].expansion[0].steps[0].via == "maximum overdrive"
 
 
 def test_the_mask_is_asked_only_when_a_top_hit_names_a_title() -> None:

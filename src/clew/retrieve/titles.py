@@ -15,8 +15,9 @@ Only chunks the caller may see are sources or targets, and a concept that titles
 :data:`~clew.index.graph.TITLE_MAX_DOCS` *allowed* documents (a generic title) leads nowhere,
 so nothing outside the caller's filter shapes the result. Each chunk brought up carries a
 ``title_link`` contribution (what it added to its score) and an expansion path from its source:
-``ABOUT 'Maximum Overdrive'`` (the concept is the target document's title). Its score lies
-between its new neighbours', so scores stay monotone with the order.
+``ABOUT 'maximum overdrive'`` (the concept, named by its key, is the target document's title;
+its label is the first form any writer gave, maybe another tenant's). Its score lies between
+its new neighbours', so scores stay monotone with the order.
 
 Measured on every set in ``bench/results/graph.md`` (its ``-titles`` column: the default without
 this step) and in ``bench/results/quality.md`` (``make eval``'s ``-titles`` row); the settings
@@ -131,7 +132,9 @@ def title_links(
         at = link.at
         before = out[at] if at < len(out) else None
         base = before.score if before is not None else 0.0
-        label = graph.labels[link.concept] or graph.keys[link.concept]
+        # the concept's key, not its label: the label is the first surface form any writer
+        # gave, maybe another tenant's casing; the key is the same for everyone who has it
+        label = graph.keys[link.concept]
         path = ExpansionPath(
             chunk_id(link.source.ordinal),
             1,
