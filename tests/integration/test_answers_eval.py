@@ -265,3 +265,43 @@ def test_a_calibration_that_cannot_be_written_leaves_the_ingest_done(
         )
         assert not list(index.glob("calibration.json.*"))  # nothing half-written left
         assert engine.ask("What is the capital of Mongolia?").abstained
+
+
+ROUTER_DOCS = {
+    "router-firmware.md": "# Router firmware 3.4 release notes\n\nReleased 2026-03-02. Firmware "
+    "3.4 fixes the DHCP lease bug (BUG-771) that dropped clients after 12 hours.\n\n## Known "
+    "issues\n\n- Mesh satellites on 3.3 cannot join a 3.4 base; upgrade satellites first.\n"
+    "- The guest network resets its password after a power cut.\n",
+    "err-codes.md": "# Error codes\n\n| Code | Meaning | Action |\n|---|---|---|\n| E-201 | WAN "
+    "link down | Check the cable and reboot the modem |\n| E-202 | DNS timeout | Switch DNS to "
+    "automatic |\n| E-310 | Firmware image corrupt | Re-download the image and flash again |\n",
+    "returns.md": "# Returning a device\n\nYou can return a router within 30 days of delivery "
+    "for a full refund. Refunds reach your card within 5 business days after we receive the "
+    "parcel.\n",
+}
+
+
+def test_a_small_new_corpus_defines_its_codes_and_knows_its_versions(tmp_path: Path) -> None:
+    """Tried as a new user would, on four files: a code's definition found under the code
+    answers though MiniLM makes little of the code (the calibrated confidence alone abstained
+    on "What does E-202 mean?" next to its table row, and on BUG-771 next to its sentence); a
+    firmware version no source names is not answered from another version's notes."""
+    for name, text in ROUTER_DOCS.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    with Engine(tmp_path / "idx", create=True) as engine:
+        engine.ingest(sorted(tmp_path.glob("*.md")))
+        table = engine.ask("What does E-202 mean?")
+        assert not table.abstained and table.evidence["code_defined"] == 1.0
+        assert table.answer.startswith("Code: E-202; Meaning: DNS timeout")
+        assert table.confidence < table.threshold  # answered on the code, not the confidence
+        bug = engine.ask("what is BUG-771")
+        assert not bug.abstained and "DHCP lease bug" in bug.answer
+        other = engine.ask("What does E-999 mean?")
+        assert other.abstained and other.evidence["absent_codes"] == 1.0
+        assert other.evidence["code_defined"] == 0.0
+        later = engine.ask("does firmware 3.5 fix the guest network")
+        assert later.abstained and later.evidence["absent_codes"] == 1.0
+        this = engine.ask("does firmware 3.4 fix the guest network")
+        assert not this.abstained and this.evidence["absent_codes"] == 0.0
+        refund = engine.ask("how long do refunds take")  # no code: the confidence decides
+        assert not refund.abstained and refund.evidence["code_defined"] == 0.0

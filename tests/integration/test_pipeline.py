@@ -217,10 +217,14 @@ def test_extractive_answer_cites_its_sources(engine: Engine, tmp_path: Path) -> 
 
 def test_abstains_and_shows_nearest_misses(engine: Engine, tmp_path: Path) -> None:
     config = cfg(answer={"calibration": calibration(tmp_path, "strict")})
-    answer = engine.ask("What does ERR-4413 mean?", config=config)
+    answer = engine.ask("Why was the idempotency key rejected?", config=config)
     assert answer.abstained and answer.citations == ()
     assert "do not contain" in answer.answer
     assert answer.nearest and answer.confidence < answer.threshold
+    # a code's definition found under the code answers whatever the confidence
+    defined = engine.ask("What does ERR-4413 mean?", config=config)
+    assert defined.confidence < defined.threshold and defined.evidence["code_defined"] == 1.0
+    assert not defined.abstained and defined.citations
 
 
 def test_generative_answer_and_its_fallbacks(engine: Engine, tmp_path: Path) -> None:

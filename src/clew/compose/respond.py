@@ -4,6 +4,7 @@ falling back to extractive on any endpoint failure), with citations."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,14 +20,22 @@ from clew.compose.answer import (
     why,
 )
 from clew.compose.assemble import Context, assemble
-from clew.compose.extract import DENSE_WEIGHTS, answer_text, select_sentences, yes_no
+from clew.compose.extract import (
+    DENSE_WEIGHTS,
+    Selected,
+    answer_text,
+    identifiers,
+    select_sentences,
+    yes_no,
+)
+from clew.compose.question import classify
 from clew.config import EngineConfig
-from clew.ingest.analyze import analyze, query_terms
+from clew.ingest.analyze import STOP_WORDS, analyze, query_terms
 from clew.protocols import Encoder
 from clew.retrieve.run import Run, elapsed_ms
 from clew.types import Hit
 
-__all__ = ["ASK_K", "absent_codes", "answer_pool", "respond"]
+__all__ = ["ASK_K", "absent_codes", "answer_pool", "defined_code", "respond"]
 
 ASK_K = 20
 """Hits an answer considers before assembly (the token budget decides how many are kept)."""
@@ -81,7 +90,12 @@ def respond(
         threshold, calibration_info = found.threshold, found.info
     missing = absent_codes(question, snap, run.scoped)
     evidence["absent_codes"] = float(len(missing))
-    weak = confidence < threshold or not selected or not ctx.kept or bool(missing)
+    defined = defined_code(question, selected, pool)
+    evidence["code_defined"] = float(bool(defined))
+    # a code's definition found under the code itself answers, however little the embedder makes
+    # of a code ("E-202" and its table row are far apart in MiniLM's space)
+    doubtful = confidence < threshold and not defined
+    weak = doubtful or not selected or not ctx.kept or bool(missing)
     abstained = cfg.answer.abstain and weak
     timings["answer"] = elapsed_ms(t)
 
@@ -186,19 +200,59 @@ _NEVER = "\x00no-such-token"
 
 def absent_codes(question: str, snap: Any, scoped: Any) -> list[str]:
     """The codes the question names (identifiers with a digit: ``LOCK-E35``, ``PK-48``,
-    ``4.2.0``) that no chunk in the caller's scope contains: sources that never mention the
-    code cannot say what it is, however close the rest of the evidence looks."""
+    ``4.2.0``; and versions after a name, ``firmware 3.5``, unless the sources have a ``3.5.x``)
+    that no chunk in the caller's scope contains: sources that never mention the code cannot say
+    what it is, however close the rest of the evidence looks (notes of firmware 3.4 do not say
+    whether 3.5 fixes anything)."""
     from clew.ingest.concepts import identifier_spans
 
-    codes = {}
+    codes: dict[str, tuple[str, tuple[str, ...]]] = {}  # token -> (as asked, forms it may take)
     for surface, _, _ in identifier_spans(question):
         tokens = analyze(surface)
         if tokens and any(c.isdigit() for c in surface):
-            codes[tokens[0]] = surface
+            codes[tokens[0]] = (surface, (tokens[0],))
+    for m in _VERSION.finditer(question):
+        before, number, after = m.group(1).casefold(), m.group(2), m.group(3).casefold()
+        if before in STOP_WORDS or after in _UNITS or number.casefold() in codes:
+            continue  # "is 2.5 enough", "2.5 km": a quantity, not a version
+        # a release the sources call 3.5.1 is the 3.5 asked about
+        codes[number] = (f"{m.group(1)} {number}", (number, *(f"{number}.{n}" for n in range(10))))
     if not codes:
         return []
-    idf = snap.idf([*codes, _NEVER], scoped)
-    return [surface for token, surface in codes.items() if idf[token] >= idf[_NEVER]]
+    idf = snap.idf([*(t for _, forms in codes.values() for t in forms), _NEVER], scoped)
+    never = idf[_NEVER]
+    return [surface for surface, forms in codes.values() if all(idf[t] >= never for t in forms)]
+
+
+_VERSION = re.compile(r"([^\W\d_][\w-]*)\s+v?(\d+(?:\.\d+)+)(?![\w.])\s*([^\W\d_]*|%)")
+"""A dotted number after a word (``firmware 3.5``, ``dockfw 4.14``, ``Console 2024.11``), with
+the word after it: a version unless the word before is a stop word or the one after a unit."""
+_UNITS = frozenset(
+    {"%", "percent", "x", "times", "km", "m", "cm", "mm", "mi", "miles", "ft", "in", "kg", "g"}
+    | {"lb", "lbs", "kwh", "wh", "v", "w", "kw", "a", "mah", "h", "hr", "hrs", "hour", "hours"}
+    | {"min", "mins", "minute", "minutes", "s", "sec", "secs", "second", "seconds", "ms"}
+    | {"day", "days", "week", "weeks", "month", "months", "year", "years", "gb", "mb", "tb"}
+    | {"kb", "ghz", "mhz", "eur", "usd", "gbp", "euro", "euros", "dollars", "pounds", "stars"}
+)
+"""Words after a number that make it a quantity (``2.5 km``, ``1.5 hours``)."""
+
+
+def defined_code(question: str, selected: Sequence[Selected], pool: Sequence[Hit]) -> str:
+    """The code a definition question asks about (``what does E-202 mean``, ``BUG-771``) when
+    the best sentence names it exactly, or the title or innermost heading of its hit does (a
+    table row ``E-202 | DNS timeout``, an article titled ``SW-2207: Unlock request timed out``);
+    "" otherwise. Sources that say the code where they say something of it are the answer to
+    what it means: such a question is answered whatever the calibrated confidence."""
+    asked = classify(question)
+    if asked.kind != "definition" or not selected:
+        return ""
+    code = asked.subject.casefold()
+    if not code or not any(c.isdigit() for c in code) or code not in identifiers(asked.subject):
+        return ""
+    best = selected[0].sentence
+    hit = pool[best.hit_index]
+    said = " ".join([best.text, hit.title, *hit.heading_path[-1:]])
+    return asked.subject if code in identifiers(said) else ""
 
 
 def answer_pool(hits: Sequence[Hit], ctx: Context, n: int) -> list[Hit]:
