@@ -2,7 +2,13 @@
 
 A key holds the normalized query, k, the config (and so the route), filter, scope and caller,
 the time constraint, and, per snapshot, the release, analyzer and model versions, so a new
-release makes every older entry unreachable. Least recently used entries go first."""
+release makes every older entry unreachable. Least recently used entries go first.
+
+Each scope keeps its own partition of ``cache.size`` entries, so whether a scope's result is
+still cached (the ``cached`` flag it is served with) depends on that scope's own queries only,
+never on how many other tenants asked meanwhile. ``cache.scopes`` partitions are kept (memory
+stays bounded whatever scopes callers pass); past that the least recently used scope's
+partition goes whole."""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from collections import OrderedDict
 from typing import Any, Generic, TypeVar
 
 from clew.config import EngineConfig
-from clew.filters import parse_filter, to_json
+from clew.filters import filter_key, parse_filter, to_json
 
 __all__ = ["Lru", "ResultCache"]
 
@@ -49,11 +55,24 @@ class Lru(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def values(self) -> list[V]:
+        """The values, least recently used first (a copy; recency is not touched)."""
+        with self._lock:
+            return list(self._entries.values())
+
 
 class ResultCache:
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, scopes: int = 16) -> None:
         self.size = size
-        self._entries: Lru[str, Any] = Lru(size)
+        self.scopes = scopes
+        self._partitions: Lru[str, Lru[str, Any]] = Lru(scopes)
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def partition(scope: Any) -> str:
+        """The partition a scope's entries live in: its filter key, however it is spelled (the
+        unscoped caller has one of its own)."""
+        return filter_key(parse_filter(scope)) or "null"
 
     def key(
         self,
@@ -92,15 +111,28 @@ class ResultCache:
             default=str,
         )
 
-    def get(self, key: str | None, version: str) -> Any:
-        """The entry for ``key`` at ``version`` (release, analyzer and models), or None."""
-        return None if key is None else self._entries.get(f"{version}|{key}")
+    def get(self, key: str | None, version: str, partition: str = "null") -> Any:
+        """The entry for ``key`` at ``version`` (release, analyzer and models) in the scope's
+        ``partition`` (:meth:`partition`), or None."""
+        if key is None:
+            return None
+        entries = self._partitions.get(partition)
+        return None if entries is None else entries.get(f"{version}|{key}")
 
-    def put(self, key: str | None, version: str, value: Any) -> None:
+    def put(self, key: str | None, version: str, value: Any, partition: str = "null") -> None:
         rerank = getattr(value, "rerank", None)
         if key is None or (rerank is not None and not rerank.ran):
             return  # a reranker that fell back may work next time
-        self._entries.put(f"{version}|{key}", value)
+        with self._lock:
+            entries = self._partitions.get(partition)
+            if entries is None:
+                entries = Lru(self.size)
+                self._partitions.put(partition, entries)
+        entries.put(f"{version}|{key}", value)
+
+    def __len__(self) -> int:
+        """Entries held, over every partition."""
+        return sum(len(entries) for entries in self._partitions.values())
 
     def clear(self) -> None:
-        self._entries.clear()
+        self._partitions.clear()

@@ -503,10 +503,15 @@ class CacheConfig:
     filter, scope, time constraints, index release, analyzer and model versions."""
 
     size: int = 512
-    """Results kept (least recently used go first); 0 turns the cache off."""
+    """Results kept per scope (least recently used go first); 0 turns the cache off."""
+    scopes: int = 16
+    """Scopes that keep a partition of their own (the unscoped caller counts as one): a
+    scope's entries are evicted by its own queries only while at most this many scopes are
+    cached; past that the least recently used scope's partition goes whole."""
 
     def __post_init__(self) -> None:
         _check(0 <= self.size <= 1_000_000, "cache.size", self.size, "0..1000000")
+        _check(1 <= self.scopes <= 10_000, "cache.scopes", self.scopes, "1..10000")
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,7 +138,7 @@ class Engine:
         self._pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="clew-leg")
         self._services = Services(self._embed_query, self._pool, self._reranker)
         self._models: dict[tuple[Any, ...], Any] = {}
-        self._cache = ResultCache(self.config.cache.size)
+        self._cache = ResultCache(self.config.cache.size, self.config.cache.scopes)
         self.config = check_built_with(
             self.store.get_meta, self.config, encoder, self.encoder_injected, str(self.directory)
         )
@@ -508,7 +508,8 @@ class Engine:
         pinned snapshot, or a new one, traced and cached."""
         with self.reading() as snap:
             version = "" if key is None else self._version(snap, scope)  # no read when uncached
-            cached = self._cache.get(key, version)
+            partition = "" if key is None else self._cache.partition(scope)
+            cached = self._cache.get(key, version, partition)
             if cached is not None:
                 return replace(cached, cached=True) if kind == "search" else cached
             done = compute()
@@ -518,7 +519,7 @@ class Engine:
             if run.cfg.trace.enabled and not self.store.read_only:
                 extra = done.trace if isinstance(done, Answered) else None
                 value = replace(value, trace_id=self._write_trace(run, kind, extra))
-            self._cache.put(key, version, value)
+            self._cache.put(key, version, value, partition)
         return value
 
     def _version(self, snap: Snapshot, scope: Any) -> str:

@@ -261,17 +261,37 @@ def test_cached_results_never_cross_scopes_or_releases(fake_engine: Engine) -> N
     fake_engine.ingest([Document("a2", "A2", "ERR-4012 again for a", "a2", {"tenant": "a"})])
     fresh = fake_engine.search("ERR-4012", scope={"tenant": "a"}, caller="a")
     assert not fresh.cached and set(_ids(fresh)) == {"a1", "a2"}
-    off = Engine(
-        fake_engine.directory,
-        EngineConfig().with_overrides(cache={"size": 0}),
-        encoder=fake_engine.encoder,
-        extractor=fake_engine.extractor,
-    )
+    off = _with_cache(fake_engine, size=0)
     try:
         off.search("ERR-4012")
         assert not off.search("ERR-4012").cached
     finally:
         off.close()
+
+
+def _with_cache(engine: Engine, size: int) -> Engine:
+    """A second engine on ``engine``'s index with a result cache of ``size`` per scope."""
+    config = EngineConfig().with_overrides(cache={"size": size})
+    return Engine(engine.directory, config, encoder=engine.encoder, extractor=engine.extractor)
+
+
+def test_another_tenants_queries_do_not_move_a_scopes_cached_flag(fake_engine: Engine) -> None:
+    fake_engine.ingest(
+        [
+            Document("a1", "A", "ERR-4012 tenant a", "a1", {"tenant": "a"}),
+            Document("b1", "B", "ERR-4012 tenant b", "b1", {"tenant": "b"}),
+        ]
+    )
+    small = _with_cache(fake_engine, size=1)
+    try:
+        assert not small.search("ERR-4012", scope={"tenant": "a"}).cached
+        for query in ("ERR-4012", "tenant b", "tenant"):  # b alone fills a cache of one
+            small.search(query, scope={"tenant": "b"})
+        assert small.search("ERR-4012", scope={"tenant": "a"}).cached
+        small.search("tenant a", scope={"tenant": "a"})  # a's own query does evict it
+        assert not small.search("ERR-4012", scope={"tenant": "a"}).cached
+    finally:
+        small.close()
 
 
 def _ids_of(hits: Any) -> list[str]:
