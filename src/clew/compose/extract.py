@@ -52,6 +52,7 @@ from itertools import pairwise
 import numpy as np
 
 from clew.compose.assemble import jaccard
+from clew.compose.bridges import TITLE_BRIDGE_WEIGHT, specific, titled_by
 from clew.compose.clean import plain, split_cells, table_row
 from clew.compose.question import FUNCTION_WORDS, Question, classify, names, type_match
 from clew.compose.verdict import Verdict, verdict
@@ -648,7 +649,8 @@ def select_sentences(
     the hit's title too), in a question of at least :data:`BRIDGE_MIN_WORDS` words; so does,
     in any question, a sentence of a hit that a chosen sentence's hit names by its title (the
     title link that brought it up is the second hop itself; on the train sets: HotpotQA
-    0.50 → 0.52, MuSiQue 0.23 → 0.25 gold in the answer, support and memory unchanged).
+    0.50 → 0.52, MuSiQue 0.23 → 0.25 gold in the answer, support and memory unchanged; a hit
+    named by its title gains more, a name most hits say bridges nothing: `clew.compose.bridges`).
     A question term that a chosen sentence already says adds nothing to the next one's
     ``term_overlap`` (its ``repeat`` part is the negative of what it would have added): a
     sentence that restates the first hop ("Philip Carlo was a biographer of …") gives way to
@@ -740,7 +742,8 @@ def select_sentences(
         if embed_limit is not None and len(embed) > embed_limit:
             # only the best by everything but meaning are embedded: the costly part of an answer
             embed.sort(key=lambda n: (-sum(lexical[n][2].values()), n))
-            embed = sorted(embed[:embed_limit])
+            firsts = {n for n in embed if (sentences[n].hit_index, sentences[n].start) in openers}
+            embed = sorted(set(embed[:embed_limit]) | firsts)  # each hit's opener, too
         sims = _cosines(encoder, question, [sentences[n] for n in embed])
         cosines = dict(zip(embed, sims, strict=True))
 
@@ -769,6 +772,7 @@ def select_sentences(
     chosen: list[_Scored] = []
     per_hit: dict[int, int] = {}
     bridges: set[str] = set()
+    named_hits: set[int] = set()  # hits that chosen sentences name by their title
     covered: set[str] = set()
     words_used = 0
     pool = list(scored)
@@ -796,6 +800,8 @@ def select_sentences(
                 bridge = BRIDGE_WEIGHT * any(b in here for b in bridges)
             if cand.sentence.hit_index in linked:
                 bridge = BRIDGE_WEIGHT
+            if cand.sentence.hit_index in named_hits:
+                bridge = max(bridge, TITLE_BRIDGE_WEIGHT)
             # terms the chosen sentences already say count no more: what the question asks
             # besides them (the second hop's relation) decides the next sentence
             again = sum(weight[t] for t in cand.matched if t in covered)
@@ -840,7 +846,10 @@ def select_sentences(
         picked.add((cand.sentence.hit_index, cand.sentence.start))
         words_used += len(cand.sentence.text.split())
         per_hit[cand.sentence.hit_index] = per_hit.get(cand.sentence.hit_index, 0) + 1
-        bridges |= _novel_names(cand.sentence.text, low_question)
+        bridges |= specific(
+            _novel_names(cand.sentence.text, low_question), hits, cand.sentence.hit_index
+        )
+        named_hits |= titled_by(cand.sentence.text, titles, low_question, cand.sentence.hit_index)
         linked |= linked_from.get(cand.sentence.hit_index, set())
         covered |= set(cand.matched)
     chosen = _without_dangling(chosen, previous)
