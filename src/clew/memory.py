@@ -20,6 +20,7 @@ import datetime as dt
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ __all__ = [
     "memory_id",
     "recall_window",
     "relation_targets",
+    "said_on",
 ]
 
 MAX_MEMORY_CHARS = 100_000
@@ -106,6 +108,20 @@ def relation_targets(doc: Document) -> list[str]:
         if not target.startswith(CONCEPT_PREFIX):
             targets.append(target)
     return targets
+
+
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def said_on(metadata: Mapping[str, Any]) -> str | None:
+    """The day (``YYYY-MM-DD``, UTC) a memory was recorded, from a hit's or document's
+    metadata; None for a document that is not a memory or a memory without a valid time."""
+    if metadata.get("kind") != MEMORY_KIND:
+        return None
+    created = metadata.get("created_at")
+    if not isinstance(created, str) or not _DAY.match(created):
+        return None
+    return created[:10]
 
 
 def check_targets(doc: Document, known: Callable[[str], bool]) -> None:

@@ -15,6 +15,7 @@ import pytest
 from clew import Document, Engine
 from clew.config import EngineConfig, preset_config
 from clew.errors import LoadError, QueryError, StoreError
+from clew.eval.answers import grounding
 from clew.ingest.transcript import is_transcript, load_transcript
 
 NOW_ISH = "2026-03-10T12:00:00Z"
@@ -117,6 +118,33 @@ def test_an_exact_identifier_is_never_buried_by_age(fake_engine: Engine) -> None
     for i in range(8):
         fake_engine.remember(f"deploy note {i} about the freeze", timestamp="2026-03-09")
     assert _ids(fake_engine.recall("OPS-7781 deploy freeze", k=3))[0] == old
+
+
+def test_a_when_question_is_answered_with_the_day_the_memory_was_said(
+    fake_engine: Engine,
+) -> None:
+    fake_engine.remember(
+        "The payments team cutover is planned for June 21.", timestamp="2026-05-28"
+    )
+    fake_engine.remember("Work update: I switch teams.", timestamp="2026-04-20")
+    fake_engine.ingest(
+        [Document("notes", "Notes", "The payments team was founded in 2019.", "api")]
+    )
+    answer = fake_engine.ask("when did I switch to the payments team")
+    assert answer.answer.startswith("2026-04-20: Work update: I switch teams. [1]")
+    assert grounding(answer) == 1.0  # the day is the memory's own, as its sentence is
+    assert ": The payments team was founded" not in answer.answer  # a document has no day
+    other = fake_engine.ask("which team am I on")  # not a time question: no days shown
+    assert "2026-04-20:" not in other.answer
+
+
+def test_a_question_about_now_is_answered_by_the_newer_memory(fake_engine: Engine) -> None:
+    fake_engine.remember("I live in Easton.", timestamp="2025-09-15")
+    fake_engine.remember(
+        "Since the move last weekend I live in a house in Bedminster.", timestamp="2026-01-20"
+    )
+    assert fake_engine.ask("Where do I live now?").answer.startswith("Since the move")
+    assert fake_engine.ask("Where do I live?").answer.startswith("I live in Easton.")
 
 
 def test_typed_relations_become_graph_edges_with_their_names(fake_engine: Engine) -> None:

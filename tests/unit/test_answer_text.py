@@ -8,8 +8,9 @@ from dataclasses import replace
 import pytest
 
 from clew.compose.clean import plain, split_cells, table_row
-from clew.compose.extract import answer_text, select_sentences
+from clew.compose.extract import select_sentences
 from clew.compose.question import classify, names, type_match
+from clew.compose.render import answer_text
 from clew.errors import QueryError
 from clew.types import ExpansionPath, Hit, PathStep
 

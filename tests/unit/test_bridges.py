@@ -3,7 +3,7 @@ say (clew.compose.bridges, used by select_sentences)."""
 
 from __future__ import annotations
 
-from clew.compose.bridges import specific, titled_by
+from clew.compose.bridges import novel_names, specific, titled_by
 from clew.compose.extract import select_sentences
 from clew.types import Hit
 
@@ -18,6 +18,13 @@ def test_a_sentence_names_a_hit_by_its_title_without_its_qualifier() -> None:
     assert titled_by(text, titles, "dick humbert played for which team?", own=0) == {1, 2, 3}
     assert titled_by(text, titles, "did the philadelphia eagles win?", own=0) == {2}
     assert titled_by("Eaglesfield is a village.", titles, "", own=0) == set()
+
+
+def test_the_names_a_sentence_brings_are_those_the_question_does_not_say() -> None:
+    text = "Anna Benson is married to Kris Benson, a pitcher for the New York Mets."
+    asked = "who is anna benson's husband?"
+    assert novel_names(text, asked) == {"kris benson", "new york mets"}
+    assert novel_names(text, "did kris benson pitch for the new york mets?") == {"anna benson"}
 
 
 def test_a_name_most_other_hits_say_is_no_bridge() -> None:

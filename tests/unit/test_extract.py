@@ -6,18 +6,20 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from clew.compose.dated import CURRENT_WEIGHT
 from clew.compose.extract import (
     CONTINUATION_WEIGHT,
     DENSE_WEIGHTS,
     IDENTIFIER_BONUS,
     LEXICAL_WEIGHTS,
     MAX_WORDS,
+    MEMORY_TIME_FIT,
     Selected,
     Sentence,
-    answer_text,
     select_sentences,
     split_sentences,
 )
+from clew.compose.render import answer_text
 from clew.errors import QueryError
 from clew.protocols import Encoder, Matrix
 from clew.testing.fakes import FakeHashEncoder
@@ -546,3 +548,57 @@ def test_a_sentence_that_says_none_of_the_question_needs_a_close_meaning_to_foll
     # without an encoder there is no cosine to ask for: the floor does not apply
     monkeypatch.setattr("clew.compose.extract.MIN_UNMATCHED_COSINE", 0.15)
     assert len(select_sentences("Which channel should I pick?", hits)) == 1  # no term: skipped
+
+
+def _memory(cid: str, text: str, day: str) -> Hit:
+    return replace(hit(cid, text), metadata={"kind": "memory", "created_at": f"{day}T09:15:00Z"})
+
+
+def test_a_time_question_over_memories_is_answered_by_when_the_memory_was_said() -> None:
+    """'when did I switch to the payments team': the memory that says so holds no date, the
+    one that holds a date is about something else. Each memory's own time fits the asked type
+    (a date in the text fits more), so the terms decide; as plain documents, without times of
+    their own, the dated sentence went first."""
+    hits = [
+        _memory("m1", "The payments team cutover is planned for June 21.", "2026-05-28"),
+        _memory("m2", "Work update: I switch teams, I'm on the payments team now.", "2026-04-20"),
+    ]  # fmt: skip
+    question = "when did I switch to the payments team"
+    picked = select_sentences(question, hits, max_sentences=1)
+    assert [s.sentence.chunk_id for s in picked] == ["m2"]
+    assert picked[0].parts["answer_type"] == pytest.approx(0.25 * MEMORY_TIME_FIT)
+    plain = [replace(h, metadata={}) for h in hits]
+    assert [s.sentence.chunk_id for s in select_sentences(question, plain, max_sentences=1)] == [
+        "m1"
+    ]
+    # not a time question: a memory's time changes nothing
+    other = "which team am I on"
+    assert select_sentences(other, hits) == select_sentences(other, plain)
+
+
+def test_the_answer_shows_the_day_a_memory_was_said_before_its_sentences() -> None:
+    picked = select_sentences(
+        "when did I switch teams",
+        [_memory("m2", "Work update: I switched teams. I'm on payments now.", "2026-04-20")],
+    )
+    text = answer_text(picked, {0: 1}, {0: "2026-04-20"})
+    assert text.startswith("2026-04-20: Work update: I switched teams. [1]")
+    assert answer_text(picked, {0: 1}).startswith("Work update: I switched teams. [1]")
+
+
+def test_a_question_about_now_prefers_the_newer_memory() -> None:
+    """'Where do I live now?': the newest memory that says so goes first (its ``newer`` part,
+    1 for the newest day, 0 for the oldest); without 'now' the earlier hit does. Documents
+    have no day: nothing changes for them."""
+    hits = [
+        _memory("old", "I live in a flat in Easton with two housemates.", "2025-09-15"),
+        _memory("mid", "My sister visited the flat in Easton.", "2025-10-01"),
+        _memory("new", "Since the move I live in Bedminster.", "2026-01-20"),
+    ]
+    now = select_sentences("Where do I live now?", hits, max_sentences=1)
+    assert [s.sentence.chunk_id for s in now] == ["new"]
+    assert now[0].parts["newer"] == pytest.approx(CURRENT_WEIGHT)
+    assert select_sentences("Where do I live?", hits)[0].sentence.chunk_id == "old"
+    plain = [replace(h, metadata={}) for h in hits]
+    first = select_sentences("Where do I live now?", plain, max_sentences=1)
+    assert first[0].sentence.chunk_id == "old" and "newer" not in first[0].parts

@@ -10,7 +10,7 @@ import pytest
 
 from clew import Document, Engine
 from clew.errors import QueryError, StoreError
-from clew.memory import MAX_MEMORY_CHARS, memory_document, memory_id
+from clew.memory import MAX_MEMORY_CHARS, memory_document, memory_id, said_on
 
 T0 = "2026-03-01T12:00:00Z"
 CORPUS = [
@@ -154,3 +154,11 @@ def test_invalid_arguments_name_the_value(
 def test_forget_needs_an_id(fake_engine: Engine) -> None:
     with pytest.raises(QueryError, match="non-empty string"):
         memory_id("  ")
+
+
+def test_the_day_a_memory_was_said_is_read_from_its_own_metadata_only() -> None:
+    doc = memory_document("switched teams", timestamp="2026-04-20T23:30:00-02:00")
+    assert said_on(doc.metadata) == "2026-04-21"  # UTC
+    assert said_on({"created_at": "2026-04-20T09:00:00Z"}) is None  # a document, not a memory
+    assert said_on({"kind": "memory", "created_at": 1776700000}) is None
+    assert said_on({"kind": "memory"}) is None

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from clew.compose.extract import answer_text, yes_no
+from clew.compose.extract import yes_no
+from clew.compose.render import answer_text
 from clew.compose.verdict import subjects, verdict
 from clew.types import Hit
 

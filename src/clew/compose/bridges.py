@@ -17,9 +17,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from clew.compose.question import names
 from clew.types import Hit
 
-__all__ = ["TITLE_BRIDGE_WEIGHT", "specific", "titled_by"]
+__all__ = ["TITLE_BRIDGE_WEIGHT", "novel_names", "specific", "title_links", "titled_by"]
 
 TITLE_BRIDGE_WEIGHT = 0.45
 """The bridge bonus of a hit that a chosen sentence names by its title (0.3 and 0.6 did no
@@ -43,9 +44,27 @@ def titled_by(text: str, titles: Sequence[str], asked: str, own: int) -> set[int
     return out
 
 
-def specific(names: Iterable[str], hits: Sequence[Hit], own: int) -> set[str]:
-    """The casefolded ``names`` (of a sentence of hit ``own``) that at most half of the other
+def specific(found: Iterable[str], hits: Sequence[Hit], own: int) -> set[str]:
+    """The casefolded names ``found`` (in a sentence of hit ``own``) that at most half of the other
     ``hits`` (title or text; one, of two or three) say."""
     texts = [f"{h.title} {h.text}".casefold() for i, h in enumerate(hits) if i != own]
     most = max(1, len(texts) // 2)
-    return {n for n in names if sum(n in t for t in texts) <= most}
+    return {n for n in found if sum(n in t for t in texts) <= most}
+
+
+def novel_names(text: str, asked: str) -> frozenset[str]:
+    """Names a chosen sentence brings that the question does not say (the bridge to a second
+    hop: ``Anna Benson's husband`` → ``Kris Benson``)."""
+    return frozenset(n.casefold() for n in names(text) if n.casefold() not in asked)
+
+
+def title_links(hits: Sequence[Hit]) -> dict[int, set[int]]:
+    """Hit index → the hits that came up because it names them by their title (a title link's
+    ``ABOUT`` path from that hit's chunk: :mod:`clew.retrieve.titles`)."""
+    index_of = {h.chunk_id: i for i, h in enumerate(hits)}
+    out: dict[int, set[int]] = {}
+    for j, h in enumerate(hits):
+        for path in h.expansion:
+            if path.by_title and path.seed in index_of:
+                out.setdefault(index_of[path.seed], set()).add(j)
+    return out

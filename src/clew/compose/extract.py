@@ -52,12 +52,20 @@ from itertools import pairwise
 import numpy as np
 
 from clew.compose.assemble import jaccard
-from clew.compose.bridges import TITLE_BRIDGE_WEIGHT, specific, titled_by
+from clew.compose.bridges import (
+    TITLE_BRIDGE_WEIGHT,
+    novel_names,
+    specific,
+    title_links,
+    titled_by,
+)
 from clew.compose.clean import plain, split_cells, table_row
-from clew.compose.question import FUNCTION_WORDS, Question, classify, names, type_match
+from clew.compose.dated import newer
+from clew.compose.question import FUNCTION_WORDS, Question, classify, type_match
 from clew.compose.verdict import Verdict, verdict
 from clew.errors import ModelError, QueryError
 from clew.ingest.analyze import analyze, query_terms, words
+from clew.memory import said_on
 from clew.protocols import AsymmetricEncoder, Encoder
 from clew.types import Hit
 
@@ -100,6 +108,13 @@ chosen one is taken only with at least this cosine to the question (with an enco
 answer to "which wifi channels should I use" stops after the channel sentences rather than
 going on with "Check that the coax cable is screwed in". On the train/dev sets (answers run
 end to end) gold in the answer is the same for 0 to 0.15; at 0.2 support loses one."""
+MEMORY_TIME_FIT = 0.5
+"""In a time question ("when did I switch teams"), a sentence of a memory fits the asked type
+this much (a sentence holding a time span fits 1.0): the memory's own time answers, and the
+answer shows that day before the sentence (:func:`clew.compose.render.answer_text`). On
+eval/dev/memory ingested as memories, gold in the answer is the same with and without it (0.600);
+"when did I switch teams" over a chat of eleven turns answered with a dated turn about something
+else before."""
 BRIDGE_MIN_WORDS = 12
 """Only a question of at least this many words gets the bridge. A chained question is long
 ("… the city where Kerry Saxby-Junna was born"); in chat turns and support articles a shorter one
@@ -582,12 +597,6 @@ def _without_dangling(
     return out
 
 
-def _novel_names(text: str, asked: str) -> frozenset[str]:
-    """Names a chosen sentence brings that the question does not say (the bridge to a second
-    hop: ``Anna Benson's husband`` → ``Kris Benson``)."""
-    return frozenset(n.casefold() for n in names(text) if n.casefold() not in asked)
-
-
 def _openers(sentences: Sequence[Sentence]) -> set[tuple[int, int]]:
     """``(hit_index, start)`` of each hit's first text sentence (not a heading, row or code)."""
     first: dict[int, int] = {}
@@ -608,18 +617,6 @@ def _titled(hits: Sequence[Hit], subject: str) -> set[int]:
         heads = [hit.title, *hit.heading_path[-1:]]
         if any(pattern.search(h.casefold()) for h in heads if h):
             out.add(i)
-    return out
-
-
-def _title_links(hits: Sequence[Hit]) -> dict[int, set[int]]:
-    """Hit index → the hits that came up because it names them by their title (a title link's
-    ``ABOUT`` path from that hit's chunk: :mod:`clew.retrieve.titles`)."""
-    index_of = {h.chunk_id: i for i, h in enumerate(hits)}
-    out: dict[int, set[int]] = {}
-    for j, h in enumerate(hits):
-        for path in h.expansion:
-            if path.by_title and path.seed in index_of:
-                out.setdefault(index_of[path.seed], set()).add(j)
     return out
 
 
@@ -666,6 +663,9 @@ def select_sentences(
     on session state:") is a fragment alone: the list item, table row or code line after it goes
     on from it, stands right after it, and without it the lead-in is left out. In a definition
     question, the words that frame it ("mean" in "what does X mean") are not question terms.
+    Over memories, a time question fits each memory's own day (:data:`MEMORY_TIME_FIT`) and a
+    question about the present ("… now?") favours the newer ones (the ``newer`` part:
+    :data:`clew.compose.dated.CURRENT_WEIGHT`).
     With ``embed_limit``, only that many sentences are embedded (the best by the other
     features); the rest score no cosine. Ties are broken by (hit_index, start). ``idf``
     weights question terms (missing terms weigh 1.0, negative ones 0). See the module
@@ -713,6 +713,7 @@ def select_sentences(
     titled = _titled(hits, asked_type.subject) if asked_type.kind == "definition" else set()
     openers = _openers(sentences)
     lexical: list[tuple[frozenset[str], tuple[str, ...], dict[str, float]]] = []
+    newness = newer(question, hits)  # a question about now: newer memories say it
     subject_terms = frozenset(analyze(asked_type.subject))
     for sentence in sentences:
         tokens = frozenset(analyze(sentence.text))
@@ -729,12 +730,16 @@ def select_sentences(
         named = len(asked & found) / len(asked) if asked else 0.0
         fits = type_match(asked_type.kind, sentence.text, question, asked_type.subject)
         fits = max(fits, float(heads))
+        if asked_type.kind == "time" and said_on(hits[sentence.hit_index].metadata):
+            fits = max(fits, MEMORY_TIME_FIT)
         parts = {
             "term_overlap": weights["term_overlap"] * overlap,
             "chunk_rank": weights["chunk_rank"] / (1 + sentence.hit_index),
             "identifier": IDENTIFIER_BONUS * named,
             "answer_type": ANSWER_TYPE_WEIGHT * fits,
         }
+        if newness and sentence.hit_index in newness:
+            parts["newer"] = newness[sentence.hit_index]
         lexical.append((tokens, matched, parts))
     cosines: dict[int, float] = {}
     if encoder is not None:
@@ -764,7 +769,7 @@ def select_sentences(
     scored.sort(key=lambda s: (-s.score, s.sentence.hit_index, s.sentence.start))
     titles = [h.title.casefold() for h in hits]
     chained = len(question.split()) >= BRIDGE_MIN_WORDS
-    linked_from = _title_links(hits)
+    linked_from = title_links(hits)
     linked: set[int] = set()  # hits that hits of chosen sentences name by their title
     previous = _previous(sentences)
     picked: set[tuple[int, int]] = set()  # (hit_index, start) of the chosen sentences
@@ -847,7 +852,7 @@ def select_sentences(
         words_used += len(cand.sentence.text.split())
         per_hit[cand.sentence.hit_index] = per_hit.get(cand.sentence.hit_index, 0) + 1
         bridges |= specific(
-            _novel_names(cand.sentence.text, low_question), hits, cand.sentence.hit_index
+            novel_names(cand.sentence.text, low_question), hits, cand.sentence.hit_index
         )
         named_hits |= titled_by(cand.sentence.text, titles, low_question, cand.sentence.hit_index)
         linked |= linked_from.get(cand.sentence.hit_index, set())
@@ -879,23 +884,3 @@ def yes_no(question: str, hits: Sequence[Hit]) -> tuple[Verdict, list[Selected]]
         matched = tuple(t for t in terms if t in tokens)
         grounds.append(Selected(sentences[i], 1.0, {"verdict": 1.0}, matched))
     return found, grounds
-
-
-def answer_text(selected: Sequence[Selected], citation_of: Mapping[int, int]) -> str:
-    """The selected sentences as one paragraph, in the order given, each followed by its
-    citation marker: ``"First sentence. [1] Second one. [2]"``.
-
-    ``citation_of`` maps a hit index to its citation number.
-    """
-    out: list[str] = []
-    for s in selected:
-        index = s.sentence.hit_index
-        if index not in citation_of:
-            raise QueryError(
-                f"no citation number for hit {index}; citation_of has {sorted(citation_of)}"
-            )
-        text = s.sentence.text
-        if s.sentence.kind in ("heading", "row") and not text.endswith((".", "!", "?", "…")):
-            text += "."  # a heading or a table row reads as a sentence of its own
-        out.append(f"{text} [{citation_of[index]}]")
-    return " ".join(out)

@@ -23,14 +23,15 @@ from clew.compose.assemble import Context, assemble
 from clew.compose.extract import (
     DENSE_WEIGHTS,
     Selected,
-    answer_text,
     identifiers,
     select_sentences,
     yes_no,
 )
 from clew.compose.question import classify
+from clew.compose.render import answer_text
 from clew.config import EngineConfig
 from clew.ingest.analyze import STOP_WORDS, analyze, query_terms
+from clew.memory import said_on
 from clew.protocols import Encoder
 from clew.retrieve.run import Run, elapsed_ms
 from clew.types import Hit
@@ -140,7 +141,10 @@ def respond(
             number.setdefault(i, len(number) + 1)
             terms.setdefault(i, [])
             terms[i] += [x for x in sel.matched_terms if x not in terms[i]]
-        text = answer_text(selected, number)
+        days: dict[int, str] = {}
+        if classify(question).kind == "time":  # a memory's day answers "when did I …"
+            days = {i: d for i in number if (d := said_on(pool[i].metadata))}
+        text = answer_text(selected, number, days)
         if judged is not None:
             text = f"{judged[0].text} {text}"
         kept_at = {h.chunk_id: r for r, h in enumerate(ctx.kept, 1)}

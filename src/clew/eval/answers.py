@@ -44,6 +44,7 @@ from clew.config import EngineConfig
 from clew.engine import Engine
 from clew.eval.datasets import Dataset, EvalError, EvalQuery, unanswerable_queries
 from clew.ingest.analyze import analyze
+from clew.memory import said_on
 
 __all__ = [
     "ANSWER_METRICS",
@@ -146,7 +147,8 @@ def grounding(answer: Answer) -> float:
         tokens = set(analyze(sentence))
         if hit is None or not tokens:
             continue
-        chunk = set(analyze(f"{hit.title} {hit.text}"))
+        day = said_on(hit.metadata) or ""  # the day a memory's sentence is shown with
+        chunk = set(analyze(f"{hit.title} {hit.text} {day}"))
         good += len(tokens & chunk) / len(tokens) >= GROUNDED_OVERLAP
     return good / len(segments)
 
