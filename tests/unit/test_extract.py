@@ -119,10 +119,33 @@ def test_offsets_point_into_the_text() -> None:
         "The figure appears in the survey (Gosson 2015, p. 67) of models.",
         "The Damage, Inc. Tour was a concert tour by Metallica.",
         "It flows through Washington, St. Francois, Ste. Genevieve and Perry counties.",
+        "Report a lost laptop to the service desk (ext. 4400) within one hour.",
+        "The ridge is long (approx. 3 km) and steep at the top.",
+        "Call the service desk on ext. 4400 if the laptop is lost.",
     ],
 )
 def test_does_not_split_abbreviations_numbers_or_identifiers(text: str) -> None:
     assert sentences(text) == [text]
+
+
+def test_a_long_aside_still_ends_its_sentences() -> None:
+    """Only a short parenthetical holds a ``.`` together: one that closes far away, or after
+    another sentence end, has sentences of its own."""
+    text = "The town grew fast (the census of 2010. It counted three thousand people and more.)"
+    assert sentences(text) == [
+        "The town grew fast (the census of 2010.",
+        "It counted three thousand people and more.)",
+    ]
+    text = "Its population was 2,913,123 (2017 est.) Density is 35.1 per sq mi (13.5 / km)."
+    assert sentences(text) == [  # the aside closes with the first sentence
+        "Its population was 2,913,123 (2017 est.)",
+        "Density is 35.1 per sq mi (13.5 / km).",
+    ]
+    assert sentences("It was dark (see the note. Then it rained.) We left early that night.") == [
+        "It was dark (see the note.",
+        "Then it rained.)",
+        "We left early that night.",
+    ]
 
 
 def test_etc_and_no_end_a_sentence_when_they_should() -> None:

@@ -13,7 +13,7 @@ single capital initials; after ``No.``, ``Op.``, ``p.``, ``c.`` … before a num
 lowercase word; and after initialisms (``U.S.``, ``O.F.M.``, ``a.m.``) and company
 abbreviations (``Co.``, ``Inc.`` …) unless the next word opens a sentence (``The``, ``He``,
 ``After`` …: ``U.S. Senator Orrin Hatch`` is one sentence, ``… to the U.S. The next year …``
-two).
+two); and inside a short parenthetical (``(ext. 4400)``, :data:`ASIDE_REACH`).
 Because a boundary needs whitespace after the terminator, numbers and versions
 (``3.5 ms``, ``v2.3.1``) and dotted identifiers (``pool.max_size``) are never cut. Sentences over
 :data:`MAX_WORDS` whitespace words are cut at whitespace into balanced pieces of at most that
@@ -155,43 +155,11 @@ class Selected:
 # --------------------------------------------------------------------------------------------
 # splitting
 
-_ABBREVIATIONS = frozenset(
-    {
-        "e.g",
-        "i.e",
-        "vs",
-        "fig",
-        "figs",
-        "al",
-        "dr",
-        "mr",
-        "mrs",
-        "ms",
-        "prof",
-        "cf",
-        "approx",
-        "eq",
-        "sec",
-        "ch",
-        "vol",
-        "pp",
-        "jr",
-        "sr",
-        "st",
-        "ste",
-        "mt",
-        "gen",
-        "gov",
-        "sen",
-        "rep",
-        "col",
-        "lt",
-        "capt",
-        "sgt",
-        "rev",
-        "hon",
-    }
-)
+_ABBREVIATIONS = frozenset({
+    "e.g", "i.e", "vs", "fig", "figs", "al", "dr", "mr", "mrs", "ms", "prof", "cf", "approx",
+    "eq", "sec", "ch", "vol", "pp", "jr", "sr", "st", "ste", "mt", "gen", "gov", "sen", "rep",
+    "col", "lt", "capt", "sgt", "rev", "hon",
+})  # fmt: skip
 """Words (lowercased, without their final dot) after which a ``.`` does not end a sentence."""
 _LOWERCASE_NEXT = frozenset({"etc", "ca", "resp", "incl", "dept"})
 """Abbreviations that often end a sentence: they only hold it together before a lowercase word
@@ -211,13 +179,18 @@ _OPENERS = FUNCTION_WORDS | frozenset(
 )
 """Words that open sentences (casefolded): after an initialism or a company abbreviation, one of
 them starts a new sentence; any other word (a capitalised name, a number) goes on with it."""
-_DIGIT_NEXT = frozenset({"no", "nos", "op", "p", "c", "ca", "b", "d", "fl", "r"})
+_DIGIT_NEXT = frozenset({"no", "nos", "op", "p", "c", "ca", "b", "d", "fl", "r", "ext", "tel"})
 """Abbreviations only before a number (``No. 5``, ``Op. 94``, ``p. 67``, ``(c. 1711)``, ``(b.
-1920)``, ``(r. 209–174 BC)``); a plain word otherwise (``answer is no.``)."""
+1920)``, ``(r. 209–174 BC)``, ``ext. 4400``); a plain word otherwise (``answer is no.``)."""
+ASIDE_REACH = 40
+"""A ``.`` inside parentheses that open at most this many characters before it and close at most
+this many after it, with no sentence end between, ends no sentence: ``(ext. 4400)``,
+``(approx. 3 km)``."""
 
 _TAIL = re.compile(r"[^\W\d_]+(?:\.[^\W\d_]+)*$")
 _NEXT_WORD = re.compile(r"\s*[\"'“‘(\[]*([^\W\d_]*)")
 _BOUNDARY = re.compile(r"[.?!]+[\"'”’)\]]*(?=\s)")
+_ENDS = re.compile(r"[.?!](?=[\s\"'”’]|$)")  # a sentence end inside an aside ("… rained.)")
 _LIST_MARKER = re.compile(r"[ \t]*(?:[-*+]|\d{1,3}[.)])[ \t]+")
 _HEADING = re.compile(r"[ \t]{0,3}#{1,6}(?:\s|$)")
 _RULE = re.compile(r"[ \t]*([-*_=])(?:[ \t]*\1){2,}[ \t]*$")
@@ -279,6 +252,23 @@ def _holds_together(text: str, block_start: int, dot: int, after: int) -> bool:
         return following.islower()
     if lower in _COMPANY or _INITIALISM.fullmatch(word):
         return not _opens(text, after)
+    return _in_aside(text, block_start, dot, after)
+
+
+def _in_aside(text: str, block_start: int, dot: int, after: int) -> bool:
+    """Whether the ``.`` at ``dot`` stands in a short parenthetical (:data:`ASIDE_REACH`)."""
+    if ")" in text[dot:after]:  # "(2017 est.) Density …": the aside closes with the sentence
+        return False
+    depth, i = 0, dot - 1
+    while i >= max(block_start, dot - ASIDE_REACH):
+        if text[i] == ")":
+            depth += 1
+        elif text[i] == "(":
+            if depth == 0:
+                close = text.find(")", after, after + ASIDE_REACH)
+                return close >= 0 and not _ENDS.search(text[after:close])
+            depth -= 1
+        i -= 1
     return False
 
 
