@@ -6,14 +6,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from clew.compose.dated import CURRENT_WEIGHT
+from clew.compose.dated import CURRENT_WEIGHT, MEMORY_TIME_FIT
 from clew.compose.extract import (
     CONTINUATION_WEIGHT,
     DENSE_WEIGHTS,
     IDENTIFIER_BONUS,
     LEXICAL_WEIGHTS,
     MAX_WORDS,
-    MEMORY_TIME_FIT,
     Selected,
     Sentence,
     select_sentences,

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from clew.memory import said_on
 from clew.types import Hit
 
-__all__ = ["CURRENT_WEIGHT", "newer"]
+__all__ = ["CURRENT_WEIGHT", "MEMORY_TIME_FIT", "memory_days", "newer"]
 
+MEMORY_TIME_FIT = 0.5
+"""In a time question ("when did I switch teams"), a sentence of a memory fits the asked type
+this much (a sentence holding a time span fits 1.0): the memory's own time answers, and the
+answer shows that day before the sentence (:func:`clew.compose.render.answer_text`). On
+eval/dev/memory ingested as memories, gold in the answer is the same with and without it (0.600);
+"when did I switch teams" over a chat of eleven turns answered with a dated turn about something
+else before."""
 CURRENT_WEIGHT = 0.2
 """In a question about the present state ("Where do I live now?", "What's the latest on …"),
 a memory's sentence gains this much times how new its day is among the hits' memories (the
@@ -23,13 +30,18 @@ _CURRENT = re.compile(
 )
 
 
-def newer(question: str, hits: Sequence[Hit]) -> dict[int, float]:
+def memory_days(hits: Sequence[Hit]) -> dict[int, str]:
+    """Hit index → the day that hit's memory was said (:func:`clew.memory.said_on`); documents
+    have none."""
+    return {i: d for i, h in enumerate(hits) if (d := said_on(h.metadata))}
+
+
+def newer(question: str, days: Mapping[int, str]) -> dict[int, float]:
     """For a question about the present state, hit index → :data:`CURRENT_WEIGHT` times how new
-    that memory's day is among the memories of ``hits`` (newest 1, oldest 0); empty for another
-    question, or when the memories were said on fewer than two days."""
+    that memory's day (``days``: :func:`memory_days`) is among them (newest 1, oldest 0); empty
+    for another question, or when the memories were said on fewer than two days."""
     if not _CURRENT.search(question):
         return {}
-    days = {i: d for i, h in enumerate(hits) if (d := said_on(h.metadata))}
     order = sorted(set(days.values()))
     if len(order) < 2:
         return {}

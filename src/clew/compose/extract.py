@@ -51,6 +51,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from clew.compose import dated
 from clew.compose.assemble import jaccard
 from clew.compose.bridges import (
     TITLE_BRIDGE_WEIGHT,
@@ -60,12 +61,10 @@ from clew.compose.bridges import (
     titled_by,
 )
 from clew.compose.clean import plain, split_cells, table_row
-from clew.compose.dated import newer
 from clew.compose.question import FUNCTION_WORDS, Question, classify, type_match
 from clew.compose.verdict import Verdict, verdict
 from clew.errors import ModelError, QueryError
 from clew.ingest.analyze import analyze, query_terms, words
-from clew.memory import said_on
 from clew.protocols import AsymmetricEncoder, Encoder
 from clew.types import Hit
 
@@ -108,13 +107,6 @@ chosen one is taken only with at least this cosine to the question (with an enco
 answer to "which wifi channels should I use" stops after the channel sentences rather than
 going on with "Check that the coax cable is screwed in". On the train/dev sets (answers run
 end to end) gold in the answer is the same for 0 to 0.15; at 0.2 support loses one."""
-MEMORY_TIME_FIT = 0.5
-"""In a time question ("when did I switch teams"), a sentence of a memory fits the asked type
-this much (a sentence holding a time span fits 1.0): the memory's own time answers, and the
-answer shows that day before the sentence (:func:`clew.compose.render.answer_text`). On
-eval/dev/memory ingested as memories, gold in the answer is the same with and without it (0.600);
-"when did I switch teams" over a chat of eleven turns answered with a dated turn about something
-else before."""
 BRIDGE_MIN_WORDS = 12
 """Only a question of at least this many words gets the bridge. A chained question is long
 ("… the city where Kerry Saxby-Junna was born"); in chat turns and support articles a shorter one
@@ -653,9 +645,8 @@ def select_sentences(
     on session state:") is a fragment alone: the list item, table row or code line after it goes
     on from it, stands right after it, and without it the lead-in is left out. In a definition
     question, the words that frame it ("mean" in "what does X mean") are not question terms.
-    Over memories, a time question fits each memory's own day (:data:`MEMORY_TIME_FIT`) and a
-    question about the present ("… now?") favours the newer ones (the ``newer`` part:
-    :data:`clew.compose.dated.CURRENT_WEIGHT`).
+    Over memories, a time question fits each memory's own day and a question about the present
+    ("… now?") favours the newer ones (the ``newer`` part): :mod:`clew.compose.dated`.
     With ``embed_limit``, only that many sentences are embedded (the best by the other
     features); the rest score no cosine. Ties are broken by (hit_index, start). ``idf``
     weights question terms (missing terms weigh 1.0, negative ones 0). See the module
@@ -703,7 +694,8 @@ def select_sentences(
     titled = _titled(hits, asked_type.subject) if asked_type.kind == "definition" else set()
     openers = _openers(sentences)
     lexical: list[tuple[frozenset[str], tuple[str, ...], dict[str, float]]] = []
-    newness = newer(question, hits)  # a question about now: newer memories say it
+    days = dated.memory_days(hits)
+    newness = dated.newer(question, days)  # a question about now: newer memories say it
     subject_terms = frozenset(analyze(asked_type.subject))
     for sentence in sentences:
         tokens = frozenset(analyze(sentence.text))
@@ -720,15 +712,15 @@ def select_sentences(
         named = len(asked & found) / len(asked) if asked else 0.0
         fits = type_match(asked_type.kind, sentence.text, question, asked_type.subject)
         fits = max(fits, float(heads))
-        if asked_type.kind == "time" and said_on(hits[sentence.hit_index].metadata):
-            fits = max(fits, MEMORY_TIME_FIT)
+        if asked_type.kind == "time" and sentence.hit_index in days:
+            fits = max(fits, dated.MEMORY_TIME_FIT)
         parts = {
             "term_overlap": weights["term_overlap"] * overlap,
             "chunk_rank": weights["chunk_rank"] / (1 + sentence.hit_index),
             "identifier": IDENTIFIER_BONUS * named,
             "answer_type": ANSWER_TYPE_WEIGHT * fits,
         }
-        if newness and sentence.hit_index in newness:
+        if sentence.hit_index in newness:
             parts["newer"] = newness[sentence.hit_index]
         lexical.append((tokens, matched, parts))
     cosines: dict[int, float] = {}

@@ -20,6 +20,7 @@ from clew.compose.answer import (
     why,
 )
 from clew.compose.assemble import Context, assemble
+from clew.compose.dated import memory_days
 from clew.compose.extract import (
     DENSE_WEIGHTS,
     Selected,
@@ -31,7 +32,6 @@ from clew.compose.question import classify
 from clew.compose.render import answer_text
 from clew.config import EngineConfig
 from clew.ingest.analyze import STOP_WORDS, analyze, query_terms
-from clew.memory import said_on
 from clew.protocols import Encoder
 from clew.retrieve.run import Run, elapsed_ms
 from clew.types import Hit
@@ -143,7 +143,7 @@ def respond(
             terms[i] += [x for x in sel.matched_terms if x not in terms[i]]
         days: dict[int, str] = {}
         if classify(question).kind == "time":  # a memory's day answers "when did I …"
-            days = {i: d for i in number if (d := said_on(pool[i].metadata))}
+            days = {i: d for i, d in memory_days(pool).items() if i in number}
         text = answer_text(selected, number, days)
         if judged is not None:
             text = f"{judged[0].text} {text}"
